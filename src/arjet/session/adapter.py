@@ -1,0 +1,32 @@
+"""What a model family gives the decoding session: embeddings in, hidden states through, code logits out."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class ModelAdapter(Protocol):
+    """The four calls a session needs from a model; one small class per family implements them."""
+
+    num_layers: int
+    code_vocab_size: int
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input embeddings of text / structural token ids `[N, m] -> [N, m, d]`."""
+
+    def embed_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Input embeddings of image codes in `0..V-1`, `[N, m] -> [N, m, d]`."""
+
+    def hidden_states(
+        self,
+        inputs_embeds: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: object,
+    ) -> torch.Tensor:
+        """Run the backbone with a float additive 4D mask and explicit positions; return `[N, m, d]`."""
+
+    def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-code logits over the image vocabulary, `[N, m, d] -> [N, m, V]`."""

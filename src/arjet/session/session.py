@@ -1,0 +1,230 @@
+"""The decoding session: the one contract between a model family and every sampler.
+
+A sampler sees an `H x W` grid of codes in `0..V-1` and nothing else. It asks for the logits of some
+cells given the code placed just before each of them, then commits the queries whose inputs should stay
+in the KV cache. The session hides the prompt, the structural tokens, the vocabulary offsets, the CFG
+batch and the cache.
+
+Query semantics (`logits(cells, codes)`): query `j` of image `b` predicts cell `t = cells[b, j]` and feeds
+`codes[b, j]` at cell `t - 1` (plus the row-end tokens that follow it, which the session inserts). Its
+input attends to every filled slot before it and to the non-ephemeral inputs of the same call that sit
+at or before it, all at their true positions. Cell 0 is predicted by the prefill and needs no input.
+An *ephemeral* query is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
+
+Rollback is implicit: the inputs of a call stay in the cache only if `commit` keeps them; otherwise
+their slots are simply overwritten later.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .adapter import ModelAdapter
+from .cache import SlotCache
+from .layout import ImageLayout, Prefix
+
+
+class DecodingSession:
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        layout: ImageLayout,
+        prefix: Prefix,
+        guidance_scale: float | None = None,
+    ):
+        self.adapter = adapter
+        self.layout = layout
+        self.prefix = prefix
+        self.guided = guidance_scale is not None
+        self.guidance_scale = guidance_scale
+        rows = prefix.ids.shape[0]
+        if self.guided and rows % 2:
+            raise ValueError(f"a guided session needs [cond; uncond] rows, got {rows} rows")
+        self._rows = rows
+        self._batch = rows // 2 if self.guided else rows
+        self.device = prefix.ids.device
+        self.capacity = prefix.length + layout.body_length + 1
+        self.scratch = self.capacity - 1  # padding inputs write here; never visible to a real query
+        self.cache = SlotCache(adapter.num_layers, self.capacity)
+        self.filled = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
+        self.count = 0
+        self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
+        self._keys = torch.arange(self.capacity, device=self.device)
+        self._last: dict[str, torch.Tensor] | None = None
+        self._first_logits = self._prefill()
+
+    # -- what samplers see -------------------------------------------------------------------------
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.layout.grid
+
+    @property
+    def num_cells(self) -> int:
+        return self.layout.num_cells
+
+    @property
+    def vocab_size(self) -> int:
+        return self.adapter.code_vocab_size
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch
+
+    @torch.inference_mode()
+    def logits(
+        self,
+        cells: torch.Tensor,
+        codes: torch.Tensor,
+        ephemeral: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Guided next-code logits `[B, n, V]` (float32) for cells `[B, n]`; `-1` marks an unused query."""
+        cells = cells.to(self.device)
+        codes = codes.to(self.device)
+        if cells.shape != codes.shape or cells.dim() != 2 or cells.shape[0] != self._batch:
+            raise ValueError(
+                f"cells and codes must both be [batch={self._batch}, n]; got {tuple(cells.shape)} and "
+                f"{tuple(codes.shape)}"
+            )
+        batch, n = cells.shape
+        out = torch.zeros(batch, n, self.vocab_size, device=self.device)
+        out = torch.where((cells == 0)[..., None], self._first_logits[:, None, :], out)
+        packed = self._pack(cells, codes, ephemeral)
+        if packed is None:
+            self._last = None
+            return out
+
+        rows = self._both_halves
+        slots, qstart = rows(packed["slots"]), rows(packed["qstart"])
+        embeds = self._embed_inputs(packed)
+        embeds = rows(embeds)
+        visible = self.filled.clone()
+        visible.scatter_(1, slots, rows(packed["real"] & ~packed["ephemeral"]))
+        visible[:, self.scratch] = False
+        allowed = (visible[:, None, :] | (self._keys >= qstart[..., None])) & (self._keys <= slots[..., None])
+        hidden = self._forward(embeds, slots, allowed)
+
+        last_input = rows((packed["ends"] - 1).clamp(min=0))
+        hidden = hidden.gather(1, last_input[..., None].expand(-1, -1, hidden.shape[-1]))
+        guided = self._guide(self.adapter.code_logits(hidden).float())
+        out = torch.where((packed["n_inputs"] > 0)[..., None], guided, out)
+
+        self._last = packed
+        self.count += 1
+        self.forward_passes += (packed["n_inputs"].sum(1) > 0).long()
+        return out
+
+    def commit(self, keep: torch.Tensor) -> None:
+        """Keep the inputs of the last call's queries where `keep [B, n]` is True; drop the rest."""
+        last, self._last = self._last, None
+        if last is None:
+            return
+        keep = keep.to(self.device)
+        if keep.shape != last["n_inputs"].shape:
+            raise ValueError(f"keep must be {tuple(last['n_inputs'].shape)}, got {tuple(keep.shape)}")
+        kept = last["real"] & keep.gather(1, last["query"])
+        if (kept & last["ephemeral"]).any():
+            raise ValueError("an ephemeral query cannot be committed")
+        slots = torch.where(kept, last["slots"], self.scratch)
+        self.filled.scatter_(1, self._both_halves(slots), True)
+        self.filled[:, self.scratch] = False
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _both_halves(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x]) if self.guided else x
+
+    def _guide(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.guided:
+            return logits
+        cond, uncond = logits.chunk(2)
+        return uncond + self.guidance_scale * (cond - uncond)
+
+    def _mask(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+    def _forward(self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        positions = slots - self.prefix.pad[:, None]
+        self.cache.write_slots = slots
+        return self.adapter.hidden_states(embeds, positions, self._mask(allowed, embeds.dtype), self.cache)
+
+    @torch.inference_mode()
+    def _prefill(self) -> torch.Tensor:
+        prefix = self.prefix
+        length = prefix.length
+        slots = torch.arange(length, device=self.device).expand(self._rows, length)
+        causal = self._keys[None, None, :] <= slots[..., None]
+        visible = torch.zeros_like(self.filled)
+        visible[:, :length] = prefix.visible
+        allowed = causal & (visible[:, None, :] | (self._keys == slots[..., None]))
+        hidden = self._forward(self.adapter.embed_tokens(prefix.ids), slots.contiguous(), allowed)
+        self.filled[:, :length] = prefix.visible
+        self.count += 1
+        self.forward_passes += 1
+        return self._guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
+
+    def _pack(
+        self, cells: torch.Tensor, codes: torch.Tensor, ephemeral: torch.Tensor | None
+    ) -> dict[str, torch.Tensor] | None:
+        """Lay the inputs of every query side by side per image: the code, then any row-end tokens."""
+        layout = self.layout
+        n_struct = len(layout.row_end_ids)
+        has_input = cells >= 1
+        prev = (cells - 1).clamp(min=0)
+        at_row_end = has_input & (prev % layout.width == layout.width - 1) & (n_struct > 0)
+        n_inputs = has_input.long() + at_row_end.long() * n_struct
+        ends = n_inputs.cumsum(1)
+        width = int(ends[:, -1].max()) if cells.shape[1] else 0
+        if width == 0:
+            return None
+        if ephemeral is None:
+            ephemeral = torch.zeros_like(has_input)
+        ephemeral = ephemeral.to(self.device) & has_input
+        starts = ends - n_inputs
+        base_slot = self.prefix.length + layout.cell_offset(prev)
+        query_ids = torch.arange(cells.shape[1], device=self.device).expand_as(cells)
+
+        batch = cells.shape[0]
+        dump = width  # an extra column that absorbs writes of absent inputs, sliced off below
+
+        def blank(value, dtype):
+            return torch.full((batch, width + 1), value, dtype=dtype, device=self.device)
+
+        packed = {
+            "slots": blank(self.scratch, torch.long),
+            "qstart": blank(self.scratch, torch.long),
+            "query": blank(0, torch.long),
+            "code": blank(0, torch.long),
+            "token": blank(0, torch.long),
+            "is_code": blank(False, torch.bool),
+            "real": blank(False, torch.bool),
+            "ephemeral": blank(False, torch.bool),
+        }
+        for j in range(1 + n_struct):
+            exists = has_input if j == 0 else at_row_end
+            column = torch.where(exists, starts + j, dump)
+            token = layout.row_end_ids[j - 1] if j else 0
+            values = {
+                "slots": base_slot + j,
+                "qstart": base_slot,
+                "query": query_ids,
+                "code": codes,
+                "token": torch.full_like(cells, token),
+                "is_code": torch.full_like(has_input, j == 0),
+                "real": exists,
+                "ephemeral": ephemeral,
+            }
+            for key, value in values.items():
+                packed[key].scatter_(1, column, value)
+        packed = {key: value[:, :width] for key, value in packed.items()}
+        packed["slots"] = torch.where(packed["real"], packed["slots"], self.scratch)
+        packed["qstart"] = torch.where(packed["real"], packed["qstart"], self.scratch)
+        packed["n_inputs"] = n_inputs
+        packed["ends"] = ends
+        return packed
+
+    def _embed_inputs(self, packed: dict[str, torch.Tensor]) -> torch.Tensor:
+        embeds = self.adapter.embed_codes(packed["code"])
+        if self.layout.row_end_ids:
+            tokens = self.adapter.embed_tokens(packed["token"])
+            embeds = torch.where(packed["is_code"][..., None], embeds, tokens)
+        return embeds
