@@ -1,0 +1,44 @@
+"""The models shipped inside the package (trained by `arjet train` on the procedural shapes domain)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "shapes"
+
+
+def assets_dir() -> Path:
+    return Path(str(resources.files("arjet") / "assets"))
+
+
+def available_models() -> list[str]:
+    """Names of the built-in pipelines shipped with this installation."""
+    root = assets_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "model_index.json").is_file())
+
+
+def model_path(name: str = DEFAULT_MODEL) -> Path:
+    names = available_models()
+    if name not in names:
+        raise ValueError(f"unknown built-in model {name!r}; available: {', '.join(names) or 'none installed'}")
+    return assets_dir() / name
+
+
+def load(name: str = DEFAULT_MODEL, **kwargs: Any):
+    """The ready pipeline of built-in model `name` (default: the shapes model), e.g. `arjet.load()("a red circle")`."""
+    from .pipelines import ARPipeline
+
+    return ARPipeline.from_pretrained(str(model_path(name)), **kwargs)
+
+
+def resolve_model(name_or_path: str | None) -> str:
+    """A CLI `--model` value: a built-in name (default when None) or a path / hub id passed through."""
+    if name_or_path is None:
+        return str(model_path(DEFAULT_MODEL))
+    if name_or_path in available_models():
+        return str(model_path(name_or_path))
+    return name_or_path

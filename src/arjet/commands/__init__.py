@@ -1,0 +1,1 @@
+"""Command-line commands (`arjet generate`, `arjet bench`); see `arjet.cli`."""

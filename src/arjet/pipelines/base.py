@@ -1,0 +1,291 @@
+"""What every arjet pipeline shares: the numbered steps of `__call__`, input checks, output, callbacks.
+
+A model family subclasses `BaseARPipeline` and fills in five hooks: the grid for a requested size,
+the prompt layout (`encode_prompts`), the session adapter, the image layout and the image tokenizer.
+Everything a sampler does happens behind the decoding session (`arjet.session`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import PIL.Image
+import torch
+from diffusers import DiffusionPipeline
+from diffusers.image_processor import VaeImageProcessor
+from diffusers.utils import BaseOutput
+
+from .. import samplers as sampler_registry
+from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, LogitsPolicy, Sampler
+from ..session import DecodingSession, ImageLayout, ModelAdapter, Prefix
+from ..tokenizers.base import ImageTokenizer
+from .loading import checkpoint_kind, resolve_checkpoint
+
+OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+
+
+@dataclass
+class ARPipelineOutput(BaseOutput):
+    """`images`: list of PIL images, `np.ndarray [N, h, w, 3]`, `torch.Tensor [N, 3, h, w]` (both in [0, 1]),
+    or the codes for `output_type="latent"`. `codes`: `LongTensor [N, H, W]`. `stats[i]`: what image i cost."""
+
+    images: list[PIL.Image.Image] | np.ndarray | torch.Tensor
+    codes: torch.Tensor
+    stats: list[DecodeStats]
+
+
+class BaseARPipeline(DiffusionPipeline):
+    """Text-to-image with an autoregressive model, decoded by any registered sampler."""
+
+    model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
+    model_class: ClassVar[type] = object
+    default_guidance_scale: ClassVar[float] = 1.0
+    default_top_k: ClassVar[int | None] = None
+    supports_negative_prompt: ClassVar[bool] = False
+    _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
+
+    # -- loading ------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs: Any):
+        """Load a saved arjet pipeline folder, or a bare transformers checkpoint of this family (a local
+        folder or a hub id in the local cache), e.g. `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`."""
+        hub_keys = ("revision", "cache_dir", "local_files_only", "token")
+        folder = resolve_checkpoint(pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs})
+        kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
+        kind, name = checkpoint_kind(folder)
+        if kind == "pipeline":
+            return super().from_pretrained(folder, **kwargs)
+        if name != cls.model_type:
+            raise ValueError(f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints")
+        return cls(**cls.components_from_transformers(folder, **kwargs))
+
+    @classmethod
+    def components_from_transformers(cls, folder, dtype: torch.dtype | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The pipeline's components built from a bare transformers checkpoint folder."""
+        from transformers import AutoTokenizer
+
+        dtype = kwargs.pop("torch_dtype", dtype)
+        if kwargs:
+            raise ValueError(f"unexpected arguments for {cls.__name__}.from_pretrained: {sorted(kwargs)}")
+        model = cls.model_class.from_pretrained(folder, dtype=dtype or "auto").eval()
+        return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
+
+    # -- family hooks -------------------------------------------------------------------------------
+    def native_size(self) -> tuple[int, int]:
+        """(height, width) in pixels the checkpoint was trained for."""
+        raise NotImplementedError
+
+    def default_size(self) -> tuple[int, int]:
+        """(height, width) when the caller gives neither: the config's `default_height` / `default_width`
+        where the pipeline registers them, else the native size."""
+        native = self.native_size()
+        return self.config.get("default_height") or native[0], self.config.get("default_width") or native[1]
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        """The code grid (H, W) for an image of `height x width` pixels; ValueError if the model can't."""
+        raise NotImplementedError
+
+    def encode_prompts(
+        self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
+    ) -> Prefix:
+        """Token ids up to the first image code: `[cond; uncond]` rows when `guided`."""
+        raise NotImplementedError
+
+    def session_adapter(self) -> ModelAdapter:
+        raise NotImplementedError
+
+    def image_layout(self, grid: tuple[int, int]) -> ImageLayout:
+        raise NotImplementedError
+
+    @property
+    def image_tokenizer(self) -> ImageTokenizer:
+        raise NotImplementedError
+
+    # -- the call -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def __call__(
+        self,
+        prompt: str | list[str],
+        negative_prompt: str | list[str] | None = None,
+        *,
+        sampler: str | Sampler = "ar",
+        height: int | None = None,
+        width: int | None = None,
+        guidance_scale: float | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        num_images_per_prompt: int = 1,
+        generator: torch.Generator | list[torch.Generator] | None = None,
+        seed: int | list[int] | None = None,
+        output_type: str = "pil",
+        return_dict: bool = True,
+        callback_on_step_end: Callable[..., dict[str, Any]] | None = None,
+        callback_on_step_end_tensor_inputs: list[str] | None = None,
+    ) -> ARPipelineOutput | tuple:
+        """Generate images for `prompt` with `sampler` (a registered name or a sampler object).
+
+        `guidance_scale` (CFG; 1 disables it), `temperature` (0 = greedy), `top_k` (None = the family's
+        default) and `top_p` form the target distribution every sampler must respect. `seed=s` gives image
+        `i` the generator `s + i` (or pass one seed / one `generator` per image); any image then decodes the
+        same whatever else shares its batch.
+        """
+        # 1. check inputs: everything is validated before any model work
+        prompts, negatives = self.check_inputs(prompt, negative_prompt, num_images_per_prompt)
+        sampler = sampler_registry.get(sampler)
+        guidance_scale = self.default_guidance_scale if guidance_scale is None else guidance_scale
+        _check_number("guidance_scale", guidance_scale, minimum=0.0)
+        policy = LogitsPolicy(temperature, self.default_top_k if top_k is None else top_k, top_p)
+        if output_type not in OUTPUT_TYPES:
+            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        tensor_inputs = list(callback_on_step_end_tensor_inputs or ["codes"])
+        unknown = [name for name in tensor_inputs if name not in self._callback_tensor_inputs]
+        if unknown:
+            raise ValueError(f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}")
+        default_height, default_width = self.default_size()
+        grid = self.grid_for(height or default_height, width or default_width)
+        batch = len(prompts) * num_images_per_prompt
+        rng = ImageRandom(_generators(generator, seed, batch), batch, self._execution_device)
+
+        # 2. prompts -> prefix token ids ([cond; uncond] when guided)
+        guided = guidance_scale != 1
+        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        if negatives is not None:
+            negatives = [p for p in negatives for _ in range(num_images_per_prompt)]
+        prefix = self.encode_prompts(prompts, negatives, grid, guided)
+
+        # 3. decode codes with the sampler through a session
+        start = time.perf_counter()
+        session = DecodingSession(
+            self.session_adapter(), self.image_layout(grid), prefix, guidance_scale if guided else None
+        )
+        progress = self.progress_bar(total=batch * session.num_cells)
+        hook = _StepHook(self, progress, callback_on_step_end, tensor_inputs)
+        trace = DecodeTrace(session, hook)
+        self._interrupt = False
+        try:
+            sampler.run(session, policy, rng, trace)
+        except Interrupted:
+            pass
+        finally:
+            progress.close()
+        codes = trace.codes.view(batch, *grid)
+
+        # 4. codes -> images
+        images = codes if output_type == "latent" else self.decode_codes(codes, output_type)
+        seconds = time.perf_counter() - start
+        stats = trace.stats(getattr(sampler, "name", type(sampler).__name__))
+        for item in stats:
+            item.seconds = seconds
+            item.extra["batch_size"] = batch
+        self.maybe_free_model_hooks()
+
+        # 5. output
+        if not return_dict:
+            return images, codes, stats
+        return ARPipelineOutput(images=images, codes=codes, stats=stats)
+
+    @property
+    def interrupt(self) -> bool:
+        return getattr(self, "_interrupt", False)
+
+    def check_inputs(
+        self, prompt: Any, negative_prompt: Any, num_images_per_prompt: Any
+    ) -> tuple[list[str], list[str] | None]:
+        prompts = _as_prompt_list("prompt", prompt)
+        negatives = None
+        if negative_prompt is not None:
+            if not self.supports_negative_prompt:
+                raise ValueError(
+                    f"{type(self).__name__} does not take a negative_prompt (its unconditional branch is fixed); "
+                    "pass negative_prompt=None"
+                )
+            negatives = _as_prompt_list("negative_prompt", negative_prompt, allow_empty=True)
+            if len(negatives) == 1 and len(prompts) > 1:
+                negatives = negatives * len(prompts)
+            if len(negatives) != len(prompts):
+                raise ValueError(
+                    f"got {len(negatives)} negative prompts for {len(prompts)} prompts; pass one, or one per prompt"
+                )
+        if isinstance(num_images_per_prompt, bool) or not isinstance(num_images_per_prompt, int):
+            raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
+        if num_images_per_prompt < 1:
+            raise ValueError(f"num_images_per_prompt must be >= 1, got {num_images_per_prompt}")
+        return prompts, negatives
+
+    # -- decoding codes to pixels -------------------------------------------------------------------
+    @torch.no_grad()
+    def decode_codes(self, codes: torch.Tensor, output_type: str = "pil"):
+        """Images for codes `[N, H, W]`. Undecoded cells (`-1`) are painted mid-grey, for live previews."""
+        tokenizer = self.image_tokenizer
+        missing = codes < 0
+        pixels = tokenizer.decode(codes.clamp(min=0)).float()
+        if missing.any():
+            factor = tokenizer.downsample
+            hole = missing[:, None].float().repeat_interleave(factor, 2).repeat_interleave(factor, 3)
+            pixels = pixels * (1 - hole)
+        processor = VaeImageProcessor(do_resize=False, do_normalize=True)
+        return processor.postprocess(pixels.cpu(), output_type=output_type)
+
+
+class _StepHook:
+    """Per-step plumbing between a sampler's trace and the pipeline: progress bar, callback, interrupt."""
+
+    def __init__(self, pipe: BaseARPipeline, progress, callback, tensor_inputs: list[str]):
+        self.pipe = pipe
+        self.progress = progress
+        self.callback = callback
+        self.tensor_inputs = tensor_inputs
+        self.decoded = 0
+        self.step = 0
+
+    def __call__(self, trace: DecodeTrace) -> bool:
+        decoded = int((trace.codes >= 0).sum())
+        self.progress.update(decoded - self.decoded)
+        self.decoded = decoded
+        if self.callback is not None:
+            grid = trace.session.grid
+            available = {
+                "codes": trace.codes.view(-1, *grid).clone(),
+                "commit_step": trace.commit_step.view(-1, *grid).clone(),
+            }
+            kwargs = {name: available[name] for name in self.tensor_inputs}
+            self.callback(self.pipe, self.step, trace.session.count, kwargs)
+        self.step += 1
+        return self.pipe.interrupt
+
+
+def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"{name} must be a non-empty string or a non-empty list of strings, got {value!r}")
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")
+        if not allow_empty and not item.strip():
+            raise ValueError(f"{name} must not be empty or whitespace, got {item!r}")
+    return list(items)
+
+
+def _check_number(name: str, value: Any, minimum: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum:
+        raise ValueError(f"{name} must be a number >= {minimum}, got {value!r}")
+
+
+def _generators(
+    generator: torch.Generator | Sequence[torch.Generator] | None, seed: int | Sequence[int] | None, batch: int
+) -> torch.Generator | list[torch.Generator] | None:
+    if generator is not None and seed is not None:
+        raise ValueError("pass either generator or seed, not both")
+    if seed is None:
+        if isinstance(generator, Sequence) and len(generator) != batch:
+            raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
+        return list(generator) if isinstance(generator, Sequence) else generator
+    seeds = [seed + i for i in range(batch)] if isinstance(seed, int) else list(seed)
+    if len(seeds) != batch or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
+    return [torch.Generator("cpu").manual_seed(s) for s in seeds]

@@ -1,0 +1,133 @@
+"""Emu3-Gen text-to-image over transformers' `Emu3ForConditionalGeneration`.
+
+Sequence: `<bos>{prompt}{suffix}<|image start|>{H}*{W}<|image token|>` then H rows of W visual tokens,
+each row closed by an end-of-line token (`<|extra_200|>`); EOF / EOI / EOS follow the last row. CFG uses
+an explicit negative prompt with the same image prefix (Emu3's recipe), batched as `[cond; uncond]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
+
+from ..session import ImageLayout, Prefix
+from ..tokenizers.emu3 import Emu3VQTokenizer
+from .base import BaseARPipeline
+from .prompts import left_pad_rows
+from .vocab_adapter import VocabularyCodeAdapter
+
+EMU3_NEGATIVE_PROMPT = (
+    "lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, cropped, worst "
+    "quality, low quality, normal quality, jpeg artifacts, signature, watermark, username, blurry."
+)
+EMU3_PROMPT_SUFFIX = " masterpiece, film grained, best quality."
+
+
+def size_from_aspect_ratio(aspect_ratio: str, image_area: int, downsample: int) -> tuple[int, int]:
+    """(height, width) in pixels for `aspect_ratio` "W:H" at about `image_area` pixels, on the code grid."""
+    try:
+        ratio_w, ratio_h = (int(part) for part in aspect_ratio.split(":"))
+        if ratio_w <= 0 or ratio_h <= 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"aspect_ratio must look like '16:9' (two positive integers), got {aspect_ratio!r}") from None
+    scale = (image_area / (ratio_w * ratio_h)) ** 0.5
+    rows = max(1, round(ratio_h * scale / downsample))
+    columns = max(1, round(ratio_w * scale / downsample))
+    return rows * downsample, columns * downsample
+
+
+class Emu3Pipeline(BaseARPipeline):
+    model_type: ClassVar[str] = "emu3"
+    model_class: ClassVar[type] = Emu3ForConditionalGeneration
+    model_cpu_offload_seq = "model"
+    default_guidance_scale: ClassVar[float] = 3.0
+    default_top_k: ClassVar[int | None] = 2048
+    supports_negative_prompt: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        model: Emu3ForConditionalGeneration,
+        tokenizer: PreTrainedTokenizerBase,
+        image_area: int = 720 * 720,
+        prompt_suffix: str = EMU3_PROMPT_SUFFIX,
+        default_negative_prompt: str = EMU3_NEGATIVE_PROMPT,
+        default_height: int | None = None,
+        default_width: int | None = None,
+    ):
+        super().__init__()
+        self.register_modules(model=model, tokenizer=tokenizer)
+        self.register_to_config(
+            image_area=image_area,
+            prompt_suffix=prompt_suffix,
+            default_negative_prompt=default_negative_prompt,
+            default_height=default_height,
+            default_width=default_width,
+        )
+
+    def __call__(self, prompt, negative_prompt=None, *, aspect_ratio: str | None = None, **kwargs: Any):
+        """As `BaseARPipeline.__call__`, plus `aspect_ratio="W:H"` (at the pipeline's `image_area`) as an
+        alternative to `height` / `width`. Without a negative prompt, Emu3's default one is used."""
+        if aspect_ratio is not None:
+            if kwargs.get("height") is not None or kwargs.get("width") is not None:
+                raise ValueError("pass either aspect_ratio or height/width, not both")
+            height, width = size_from_aspect_ratio(
+                aspect_ratio, self.config.image_area, self.image_tokenizer.downsample
+            )
+            kwargs.update(height=height, width=width)
+        return super().__call__(prompt, negative_prompt, **kwargs)
+
+    # -- hooks --------------------------------------------------------------------------------------
+    @property
+    def image_tokenizer(self) -> Emu3VQTokenizer:
+        return Emu3VQTokenizer(self.model.model.vqmodel)
+
+    def native_size(self) -> tuple[int, int]:
+        return size_from_aspect_ratio("1:1", self.config.image_area, self.image_tokenizer.downsample)
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        factor = self.image_tokenizer.downsample
+        for name, value in (("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < factor or value % factor:
+                raise ValueError(f"{name} must be a positive multiple of {factor} pixels, got {value!r}")
+        grid = (height // factor, width // factor)
+        limit = self.model.config.text_config.max_position_embeddings
+        if grid[0] * (grid[1] + 1) >= limit:
+            raise ValueError(
+                f"{height}x{width} needs {grid[0] * (grid[1] + 1)} image tokens, more than this model's "
+                f"{limit} positions; choose a smaller size"
+            )
+        return grid
+
+    def image_layout(self, grid: tuple[int, int]) -> ImageLayout:
+        return ImageLayout(grid, row_end_ids=(self._token_id("<|extra_200|>"),))
+
+    def session_adapter(self) -> VocabularyCodeAdapter:
+        mapping = self.model.vocabulary_mapping.img2bpe
+        code_ids = torch.tensor([mapping[code] for code in range(len(mapping))])
+        return VocabularyCodeAdapter(
+            self.model.model.text_model,
+            self.model.get_input_embeddings(),
+            self.model.lm_head,
+            code_ids,
+            self.model.config.text_config.num_hidden_layers,
+        )
+
+    def encode_prompts(
+        self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
+    ) -> Prefix:
+        image_prefix = f"<|image start|>{grid[0]}*{grid[1]}<|image token|>"
+        texts = [p + self.config.prompt_suffix for p in prompts]
+        if guided:
+            texts += negative_prompts or [self.config.default_negative_prompt] * len(prompts)
+        bos = self.tokenizer.bos_token_id
+        rows = [[bos] + self.tokenizer(t + image_prefix, add_special_tokens=False)["input_ids"] for t in texts]
+        return left_pad_rows(rows, self.tokenizer.pad_token_id, self._execution_device)
+
+    def _token_id(self, token: str) -> int:
+        token_id = self.model.config.vocabulary_map.get(token)
+        if token_id is None:
+            raise ValueError(f"this Emu3 checkpoint's vocabulary has no {token!r} token")
+        return token_id

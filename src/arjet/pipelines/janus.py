@@ -1,0 +1,102 @@
+"""Janus / Janus-Pro text-to-image over transformers' `JanusForConditionalGeneration`.
+
+Sequence: `<bos><|User|>: {prompt}\\n\\n<|Assistant|>:<begin_of_image>` then the image codes in raster
+order, no row tokens. Codes are embedded by the generation embeddings + aligner and scored by the
+generation head. CFG as in DeepSeek's code and transformers' `generate(generation_mode="image")`: the
+unconditional row is the same prompt with every token but BOS and `<begin_of_image>` replaced by pad.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
+
+from ..session import ImageLayout, Prefix
+from ..tokenizers.janus import JanusVQTokenizer
+from .base import BaseARPipeline
+from .prompts import left_pad_rows
+
+
+class JanusAdapter:
+    def __init__(self, model: JanusForConditionalGeneration):
+        self.model = model
+        self.num_layers = model.config.text_config.num_hidden_layers
+        self.code_vocab_size = model.config.vq_config.num_embeddings
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.get_input_embeddings()(ids)
+
+    def embed_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.model.prepare_embeddings_for_image_generation(codes)
+
+    def hidden_states(self, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:
+        output = self.model.model.language_model(
+            inputs_embeds=inputs_embeds,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return output.last_hidden_state
+
+    def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.model.generation_head(hidden)
+
+
+class JanusPipeline(BaseARPipeline):
+    """Janus / Janus-Pro (and arjet's built-in model, a tiny Janus). Fixed size: 384 px = 24x24 codes for
+    the released checkpoints."""
+
+    model_type: ClassVar[str] = "janus"
+    model_class: ClassVar[type] = JanusForConditionalGeneration
+    model_cpu_offload_seq = "model"
+    default_guidance_scale: ClassVar[float] = 5.0
+    prompt_template: ClassVar[str] = "<|User|>: {prompt}\n\n<|Assistant|>:"
+    image_start_token: ClassVar[str] = "<begin_of_image>"
+
+    def __init__(self, model: JanusForConditionalGeneration, tokenizer: PreTrainedTokenizerBase):
+        super().__init__()
+        self.register_modules(model=model, tokenizer=tokenizer)
+
+    # -- hooks --------------------------------------------------------------------------------------
+    @property
+    def image_tokenizer(self) -> JanusVQTokenizer:
+        return JanusVQTokenizer(self.model.model.vqmodel)
+
+    def native_size(self) -> tuple[int, int]:
+        side = self.image_tokenizer.grid[0] * self.image_tokenizer.downsample
+        return side, side
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        size = self.native_size()
+        if (height, width) != size:
+            raise ValueError(
+                f"this Janus model makes {size[0]}x{size[1]} images only, got height={height}, width={width}"
+            )
+        return self.image_tokenizer.grid
+
+    def image_layout(self, grid: tuple[int, int]) -> ImageLayout:
+        return ImageLayout(grid)
+
+    def session_adapter(self) -> JanusAdapter:
+        return JanusAdapter(self.model)
+
+    def encode_prompts(
+        self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
+    ) -> Prefix:
+        tokenizer = self.tokenizer
+        bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
+        if pad is None:
+            raise ValueError("the Janus tokenizer has no pad token; CFG needs one (set tokenizer.pad_token)")
+        rows = [
+            [bos] + tokenizer(self.prompt_template.format(prompt=p) + self.image_start_token, add_special_tokens=False)[
+                "input_ids"
+            ]
+            for p in prompts
+        ]
+        if guided:
+            # the unconditional row keeps only BOS and <begin_of_image>, the rest becomes (attended) pad
+            rows += [[row[0]] + [pad] * (len(row) - 2) + [row[-1]] for row in rows]
+        return left_pad_rows(rows, pad, self._execution_device)

@@ -1,0 +1,149 @@
+"""Lumina-mGPT (1.x, Chameleon architecture) text-to-image over transformers' Chameleon classes.
+
+transformers' `ChameleonForConditionalGeneration.forward` masks every image-token logit, so the session
+calls the backbone (`model.model`) and the LM head rows of the image tokens itself. Sequence (from
+Lumina's item processor): `<s>Generate an image of {W}x{H} according to the following prompt:\\n{prompt}
+<reserved08706>` then `<racm3:break>` (image start), one height and one width token in 32-pixel grid
+units (`<reserved{8800+n}>`), rows of codes each closed by `<reserved08799>`, and `<eoss>`. Image codes
+are the `IMGIMG...Z` tokens of the Chameleon vocabulary. CFG is batched as in SJD / Lumina-mGPT 2.0: the
+unconditional row holds the same tokens with the prompt hidden except its last token. The VQGAN decoder
+is arjet's own (`arjet.tokenizers.ChameleonVQGAN`), since transformers ships only the encoder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerBase
+from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
+
+from ..session import ImageLayout, Prefix
+try:  # TEMP until the VQGAN module lands
+    from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
+except ImportError:
+    ChameleonVQGAN = None
+from .base import BaseARPipeline
+from .prompts import left_pad_rows
+
+GRID_UNIT = 32  # pixels per height/width token
+PROMPT_TEMPLATE = "Generate an image of {width}x{height} according to the following prompt:\n{prompt}"
+TURN_END, IMAGE_START, ROW_END = "<reserved08706>", "<racm3:break>", "<reserved08799>"
+
+
+def image_token_name(code: int) -> str:
+    """Chameleon's BPE name of image code `code`: digits spelled with letters A-J, e.g. 42 -> IMGIMGECZ."""
+    return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
+
+
+def size_token_name(units: int) -> str:
+    return f"<reserved{8800 + units:05d}>"
+
+
+class LuminaMGPTPipeline(BaseARPipeline):
+    """Lumina-mGPT 7B 512 / 768 / 1024. `resolution` is the checkpoint's training size: any `height x width`
+    in multiples of 32 px with at most `resolution**2` pixels and an aspect ratio up to 4 is allowed."""
+
+    model_type: ClassVar[str] = "chameleon"
+    model_class: ClassVar[type] = ChameleonForConditionalGeneration
+    model_cpu_offload_seq = "model->vqgan"
+    default_guidance_scale: ClassVar[float] = 3.0
+    default_top_k: ClassVar[int | None] = 2000
+    max_aspect_ratio: ClassVar[float] = 4.0
+
+    def __init__(
+        self,
+        model: ChameleonForConditionalGeneration,
+        tokenizer: PreTrainedTokenizerBase,
+        vqgan: ChameleonVQGAN,
+        resolution: int = 768,
+        default_height: int | None = None,
+        default_width: int | None = None,
+    ):
+        super().__init__()
+        self.register_modules(model=model, tokenizer=tokenizer, vqgan=vqgan)
+        self.register_to_config(resolution=resolution, default_height=default_height, default_width=default_width)
+
+    @classmethod
+    def components_from_transformers(
+        cls, folder, vqgan: ChameleonVQGAN | str | Path | None = None, resolution: int = 768, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Bare Lumina-mGPT checkpoint + the converted VQGAN (`vqgan=` a folder or module; default
+        `<folder>/vqgan`). `resolution` = 512, 768 or 1024, matching the checkpoint."""
+        if vqgan is None or isinstance(vqgan, (str, Path)):
+            location = Path(vqgan) if vqgan is not None else Path(folder) / "vqgan"
+            if not location.is_dir():
+                raise FileNotFoundError(
+                    f"Lumina-mGPT needs the Chameleon VQGAN decoder, expected at {location}: convert Meta's "
+                    "vqgan.ckpt with `arjet convert-vqgan vqgan.ckpt OUT --config vqgan.yaml` and pass vqgan=OUT"
+                )
+            vqgan = ChameleonVQGAN.from_pretrained(location)
+        components = super().components_from_transformers(folder, **kwargs)
+        return {**components, "vqgan": vqgan.eval(), "resolution": resolution}
+
+    # -- hooks --------------------------------------------------------------------------------------
+    @property
+    def image_tokenizer(self) -> ChameleonVQGAN:
+        return self.vqgan
+
+    def native_size(self) -> tuple[int, int]:
+        return self.config.resolution, self.config.resolution
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int]:
+        for name, value in (("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < GRID_UNIT or value % GRID_UNIT:
+                raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
+        limit = self.config.resolution
+        if height * width > limit * limit or max(height, width) > self.max_aspect_ratio * min(height, width):
+            raise ValueError(
+                f"{height}x{width} is outside what this {limit}-px Lumina-mGPT makes: at most {limit * limit} "
+                f"pixels and an aspect ratio up to {self.max_aspect_ratio:g}"
+            )
+        factor = self.vqgan.downsample
+        return height // factor, width // factor
+
+    def image_layout(self, grid: tuple[int, int]) -> ImageLayout:
+        return ImageLayout(grid, row_end_ids=(self._token_id(ROW_END),))
+
+    def session_adapter(self):
+        from .vocab_adapter import VocabularyCodeAdapter
+
+        mapping = ChameleonImageVocabularyMapping(self.model.config.vocabulary_map).img2bpe
+        code_ids = torch.tensor([mapping[code] for code in range(self.vqgan.vocab_size)])
+        return VocabularyCodeAdapter(
+            self.model.model,
+            self.model.get_input_embeddings(),
+            self.model.lm_head,
+            code_ids,
+            self.model.config.num_hidden_layers,
+        )
+
+    def encode_prompts(
+        self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
+    ) -> Prefix:
+        factor = self.vqgan.downsample
+        height, width = grid[0] * factor, grid[1] * factor
+        image_prefix = [
+            self._token_id(IMAGE_START),
+            self._token_id(size_token_name(height // GRID_UNIT)),
+            self._token_id(size_token_name(width // GRID_UNIT)),
+        ]
+        bos = self.tokenizer.bos_token_id
+        rows = []
+        for prompt in prompts:
+            text = PROMPT_TEMPLATE.format(width=width, height=height, prompt=prompt)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self._token_id(TURN_END)]
+            rows.append([bos, *ids, *image_prefix])
+        hidden = [[False] * len(row) for row in rows]
+        if guided:
+            # same tokens, but the text (all but its last token, the turn end) is hidden
+            rows += rows
+            hidden += [[True] * (len(row) - 4) + [False] * 4 for row in rows[: len(prompts)]]
+        return left_pad_rows(rows, self.tokenizer.pad_token_id, self._execution_device, hidden)
+
+    def _token_id(self, token: str) -> int:
+        token_id = self.model.config.vocabulary_map.get(token)
+        if token_id is None:
+            raise ValueError(f"this Chameleon checkpoint's vocabulary has no {token!r} token")
+        return token_id

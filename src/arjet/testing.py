@@ -1,0 +1,178 @@
+"""Tiny random pipelines of every supported family, for users' tests and our own.
+
+`tiny_pipeline("janus" | "emu3" | "lumina_mgpt", grid=(h, w), vocab_size=V, seed=0)` builds the real
+transformers model class (and VQ) with a few thousand random parameters, a word-level text tokenizer
+with the family's special tokens, and wraps them in the family's pipeline: the diffusers
+`get_dummy_components` idea, public. Everything is built in memory; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .text_tokenizer import build_word_tokenizer
+
+FAMILIES = ("janus", "emu3", "lumina_mgpt")
+WORDS = (
+    "a an the of and on in with left right above below next to small large big "
+    "red green blue yellow orange purple pink white black gray brown cyan "
+    "circle square triangle star cat dog photo image picture background"
+).split()
+
+
+def tiny_pipeline(
+    family: str,
+    grid: tuple[int, int] = (2, 3),
+    vocab_size: int = 8,
+    seed: int = 0,
+    *,
+    logit_scale: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+):
+    """A pipeline over a tiny random model of `family` that decodes a `grid` of codes in `0..vocab_size-1`.
+
+    `logit_scale` multiplies the code head's weights: > 1 gives peakier next-code distributions (random
+    tiny models are otherwise nearly uniform), which makes statistical sampler tests more discriminating.
+    """
+    if family not in _BUILDERS:
+        raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+    height, width = grid
+    if not (isinstance(height, int) and isinstance(width, int) and height >= 1 and width >= 1):
+        raise ValueError(f"grid must be two positive integers (rows, columns), got {grid!r}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+    torch.manual_seed(seed)
+    pipe = _BUILDERS[family](grid, vocab_size, logit_scale)
+    pipe.to(dtype=dtype)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _text_model_config(vocab: int, **extra) -> dict:
+    return dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        **extra,
+    )
+
+
+def _scale_(weight: torch.nn.Parameter, scale: float) -> None:
+    with torch.no_grad():
+        weight.mul_(scale)
+
+
+def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+    from transformers import JanusConfig, JanusForConditionalGeneration
+
+    from .pipelines.janus import JanusPipeline
+
+    if grid[0] != grid[1]:
+        raise ValueError(f"Janus decodes square grids only, got {grid}")
+    tokenizer = build_word_tokenizer(
+        WORDS,
+        ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>", "<|User|>", "<|Assistant|>",
+         "<begin_of_image>", "<end_of_image>"],
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="<｜end▁of▁sentence｜>",
+        pad_token="<｜▁pad▁｜>",
+    )
+    side = grid[0]
+    config = JanusConfig(
+        text_config=dict(model_type="llama", **_text_model_config(len(tokenizer), pad_token_id=tokenizer.pad_token_id)),
+        vision_config=dict(
+            image_size=2 * side, patch_size=2, num_image_tokens=side * side, hidden_size=32, projection_dim=32,
+            num_hidden_layers=1, num_attention_heads=4, mlp_ratio=2,
+        ),
+        vq_config=dict(
+            embed_dim=8, num_embeddings=vocab_size, latent_channels=8, base_channels=32, channel_multiplier=[1, 2],
+            num_res_blocks=1, projection_dim=32, image_token_embed_dim=32,
+        ),
+        image_token_id=tokenizer.unk_token_id,
+    )
+    model = JanusForConditionalGeneration(config).eval()
+    _scale_(model.model.generation_head.vision_head.weight, logit_scale)
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.generation_kwargs = {"boi_token_id": tokenizer.convert_tokens_to_ids("<begin_of_image>")}
+    return JanusPipeline(model=model, tokenizer=tokenizer)
+
+
+def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+    from transformers import Emu3Config, Emu3ForConditionalGeneration
+
+    from .pipelines.emu3 import Emu3Pipeline
+
+    visual = [f"<|visual token {code:06d}|>" for code in range(vocab_size)]
+    tokenizer = build_word_tokenizer(
+        [*WORDS, *"0123456789", "*"],
+        ["<|endoftext|>", "<|extra_203|>", "<|extra_204|>", "<|extra_200|>", "<|extra_201|>", "<|image start|>",
+         "<|image end|>", "<|image token|>", "<image>", *visual],
+        bos_token="<|extra_203|>",
+        eos_token="<|extra_204|>",
+        pad_token="<|endoftext|>",
+    )
+    vocab = tokenizer.get_vocab()
+    config = Emu3Config(
+        text_config=_text_model_config(
+            len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vq_config=dict(
+            codebook_size=vocab_size, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 1],
+            num_res_blocks=1, attn_resolutions=[], hidden_size=32, num_attention_heads=1,
+            temporal_downsample_factor=4,
+        ),
+        vocabulary_map=vocab,
+    )
+    model = Emu3ForConditionalGeneration(config).eval()
+    _scale_(model.lm_head.weight, logit_scale)
+    factor = model.model.vqmodel.spatial_scale_factor
+    return Emu3Pipeline(
+        model=model, tokenizer=tokenizer, image_area=grid[0] * grid[1] * factor**2,
+        default_height=grid[0] * factor, default_width=grid[1] * factor,
+    )
+
+
+def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+
+    from .pipelines.lumina_mgpt import LuminaMGPTPipeline, image_token_name
+    from .tokenizers.chameleon_vqgan import ChameleonVQGAN
+
+    # the tiny VQGAN downsamples 32x, so one code is one 32-px Lumina grid unit and any grid is allowed
+    size_tokens = [f"<reserved{8800 + n:05d}>" for n in range(1, max(grid) + 1)]
+    tokenizer = build_word_tokenizer(
+        [*WORDS, *"0123456789", "x", ":", "generate", "according", "to", "following", "prompt"],
+        ["<pad>", "<s>", "</s>", "<image>", "<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>",
+         *size_tokens, *[image_token_name(code) for code in range(vocab_size)]],
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+    config = ChameleonConfig(
+        **_text_model_config(len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id),
+        vocabulary_map=tokenizer.get_vocab(),
+        vq_config=dict(embed_dim=8, num_embeddings=vocab_size, latent_channels=8, base_channels=32,
+                       channel_multiplier=[1, 1], num_res_blocks=1, resolution=16, attn_resolutions=[]),
+    )
+    model = ChameleonForConditionalGeneration(config).eval()
+    _scale_(model.lm_head.weight, logit_scale)
+    vqgan = ChameleonVQGAN(
+        embed_dim=8, n_embed=vocab_size, z_channels=8, ch=32, ch_mult=(1, 1, 1, 1, 1, 1), num_res_blocks=1,
+        attn_resolutions=(), resolution=32 * max(grid),
+    ).eval()
+    return LuminaMGPTPipeline(
+        model=model, tokenizer=tokenizer, vqgan=vqgan, resolution=32 * max(grid),
+        default_height=32 * grid[0], default_width=32 * grid[1],
+    )
+
+
+_BUILDERS: dict[str, Callable] = {"janus": _janus, "emu3": _emu3, "lumina_mgpt": _lumina_mgpt}

@@ -1,0 +1,17 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+FAMILIES = ("janus", "emu3")  # TODO lumina_mgpt once its VQGAN lands
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    return request.param

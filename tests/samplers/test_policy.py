@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from arjet.samplers import LogitsPolicy, Temperature, TopK, TopP
+from arjet.samplers.random import ImageRandom, sample
+
+LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, 3.0, 1.0]])
+
+
+def test_processors_return_new_tensors_and_never_edit_input():
+    original = LOGITS.clone()
+    for processor in (Temperature(0.5), TopK(2), TopP(0.7)):
+        out = processor(LOGITS)
+        assert out is not LOGITS
+        assert torch.equal(LOGITS, original)
+
+
+def test_top_k_keeps_the_k_largest():
+    out = TopK(2)(LOGITS)
+    assert torch.isinf(out[0, 2:]).all() and torch.isfinite(out[0, :2]).all()
+    assert torch.isfinite(TopK(10)(LOGITS)).all()  # k larger than the vocabulary keeps everything
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    out = TopP(0.75)(probs.log())
+    assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()
+    out = TopP(0.8)(probs.log())  # 0.5 + 0.3 reaches 0.8 exactly: the third token is not needed
+    assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()
+    assert torch.isfinite(TopP(0.01)(probs.log())[0, 0])  # the top token always stays
+
+
+def test_policy_order_is_temperature_then_top_k_then_top_p():
+    policy = LogitsPolicy(temperature=0.5, top_k=3, top_p=0.9)
+    assert [type(p) for p in policy.processors] == [Temperature, TopK, TopP]
+    expected = TopP(0.9)(TopK(3)(LOGITS / 0.5)).softmax(-1)
+    torch.testing.assert_close(policy.probs(LOGITS), expected)
+
+
+def test_identity_settings_build_no_processor():
+    assert LogitsPolicy(temperature=1.0, top_k=None, top_p=1.0).processors == ()
+
+
+def test_temperature_zero_is_greedy():
+    probs = LogitsPolicy(temperature=0).probs(LOGITS)
+    assert probs[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert probs.sum(-1).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(temperature=-0.1), "temperature must be a number >= 0"),
+        (dict(temperature=float("nan")), "temperature must be a number >= 0"),
+        (dict(top_k=0), "top_k must be a positive integer, got 0"),
+        (dict(top_k=2.5), "top_k must be a positive integer"),
+        (dict(top_p=0), r"top_p must be in \(0, 1\]"),
+        (dict(top_p=1.01), r"top_p must be in \(0, 1\]"),
+    ],
+)
+def test_bad_policy_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LogitsPolicy(**kwargs)
+
+
+def test_inverse_cdf_sampling_matches_the_distribution():
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3]).expand(20000, 4)
+    draws = sample(probs, torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    frequencies = torch.bincount(draws, minlength=4).double() / 20000
+    assert frequencies[1] == 0
+    torch.testing.assert_close(frequencies, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.015, rtol=0)
+    assert sample(torch.tensor([[0.0, 1.0]]), torch.tensor([0.999999])).item() == 1
+
+
+def test_per_image_streams_do_not_depend_on_the_batch():
+    make = lambda seeds: ImageRandom([torch.Generator().manual_seed(s) for s in seeds], len(seeds))  # noqa: E731
+    together = make([1, 2]).uniform(5)
+    alone = make([2]).uniform(5)
+    assert torch.equal(together[1], alone[0])
+    with pytest.raises(ValueError, match="one per image"):
+        ImageRandom([torch.Generator()], 2)

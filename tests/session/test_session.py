@@ -1,0 +1,94 @@
+"""The session's logits equal an uncached full forward of the same sequence, for every query pattern."""
+
+import pytest
+import torch
+
+from arjet.session import DecodingSession
+from arjet.testing import tiny_pipeline
+from reference import full_sequence_logits
+
+GRID = (3, 3)
+TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+def _setup(family, guided=True, prompts=("a red circle left of a blue square", "green star")):
+    pipe = tiny_pipeline(family, grid=GRID, vocab_size=8, logit_scale=3.0)
+    prefix = pipe.encode_prompts(list(prompts), None, GRID, guided)
+    scale = 3.0 if guided else None
+    session = DecodingSession(pipe.session_adapter(), pipe.image_layout(GRID), prefix, scale)
+    codes = torch.randint(0, 8, (len(prompts), *GRID), generator=torch.Generator().manual_seed(1))
+    return pipe, prefix, session, codes, scale
+
+
+@pytest.mark.parametrize("guided", [True, False])
+def test_ar_schedule_matches_full_forward(family, guided):
+    pipe, prefix, session, codes, scale = _setup(family, guided)
+    reference = full_sequence_logits(pipe, prefix, codes, scale)
+    flat = codes.flatten(1)
+    previous = torch.zeros(2, 1, dtype=torch.long)
+    for cell in range(flat.shape[1]):
+        logits = session.logits(torch.full((2, 1), cell), previous)
+        torch.testing.assert_close(logits[:, 0], reference[:, cell], **TOL)
+        session.commit(torch.ones(2, 1, dtype=torch.bool))
+        previous = flat[:, cell : cell + 1]
+    assert session.count == flat.shape[1]  # prefill + one forward per later cell
+    assert session.forward_passes.tolist() == [flat.shape[1]] * 2
+
+
+def test_windows_with_ragged_commits_match_full_forward(family):
+    pipe, prefix, session, codes, scale = _setup(family)
+    reference = full_sequence_logits(pipe, prefix, codes, scale)
+    flat = codes.flatten(1)
+    # a Jacobi window over cells 0..5: cell 0 from the prefill, inputs are the codes before each cell
+    window = torch.arange(0, 6).expand(2, 6)
+    inputs = torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :5]], 1)
+    torch.testing.assert_close(session.logits(window, inputs), reference[:, :6], **TOL)
+    # image 0 keeps 4 inputs (cells 0..3 predicted, codes 0..2 fed), image 1 keeps 2 (code 0 fed)
+    session.commit(torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool))
+    cells = torch.tensor([[4, 5, 6, 7, 8], [2, 3, 4, -1, -1]])
+    inputs = torch.stack([flat[0, 3:8], torch.cat([flat[1, 1:4], torch.zeros(2, dtype=torch.long)])])
+    logits = session.logits(cells, inputs)
+    torch.testing.assert_close(logits[0], reference[0, 4:9], **TOL)
+    torch.testing.assert_close(logits[1, :3], reference[1, 2:5], **TOL)
+    assert session.count == 3
+
+
+def test_queries_see_only_committed_cells_and_earlier_inputs(family):
+    """ZipAR's pattern: row 1 advances while row 0 is unfinished; nothing attends to an empty cell."""
+    pipe, prefix, session, codes, scale = _setup(family)
+    flat = codes.flatten(1)
+    session.logits(torch.arange(0, 3).expand(2, 3), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :2]], 1))
+    session.commit(torch.ones(2, 3, dtype=torch.bool))  # cells 0, 1 are in the cache; cell 2 is not
+    # one call: predict cell 4 (input: code of cell 3) -- cell 2 and row 0's end are absent
+    logits = session.logits(torch.tensor([[4], [4]]), flat[:, 3:4])
+    reference = full_sequence_logits(pipe, prefix, codes, scale, hidden_cells=(2,))
+    torch.testing.assert_close(logits[:, 0], reference[:, 4], **TOL)
+
+
+def test_ephemeral_inputs_are_private_and_cannot_be_committed(family):
+    pipe, prefix, session, codes, scale = _setup(family)
+    flat = codes.flatten(1)
+    session.logits(torch.tensor([[0, 1], [0, 1]]), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1))
+    session.commit(torch.ones(2, 2, dtype=torch.bool))  # cell 0 in the cache
+    # a placeholder at cell 3 (predicting 4) must not be seen by the real query at cell 1 -> predicting 2...
+    cells = torch.tensor([[2, 4], [2, 4]])
+    logits = session.logits(cells, torch.stack([flat[:, 1], flat[:, 3]], 1), ephemeral=torch.tensor([[0, 1], [0, 1]]).bool())
+    reference = full_sequence_logits(pipe, prefix, codes, scale)
+    torch.testing.assert_close(logits[:, 0], reference[:, 2], **TOL)
+    # ...and the placeholder itself sees cells 0, 1 but not cell 2
+    hidden = full_sequence_logits(pipe, prefix, codes, scale, hidden_cells=(2,))
+    torch.testing.assert_close(logits[:, 1], hidden[:, 4], **TOL)
+    with pytest.raises(ValueError, match="ephemeral"):
+        session.commit(torch.ones(2, 2, dtype=torch.bool))
+
+
+def test_cell_zero_needs_no_forward(family):
+    _, _, session, _, _ = _setup(family)
+    session.logits(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long))
+    assert session.count == 1  # the prefill only
+
+
+def test_bad_query_shapes_are_rejected():
+    _, _, session, _, _ = _setup("janus")
+    with pytest.raises(ValueError, match="batch=2"):
+        session.logits(torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long))

@@ -1,0 +1,49 @@
+"""Exact code distributions of tiny models and a goodness-of-fit test, for statistical sampler tests."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+from scipy import stats as scipy_stats
+
+from arjet.samplers import LogitsPolicy
+from reference import full_sequence_logits
+
+
+def exact_joint(pipe, prompt: str, grid: tuple[int, int], policy: LogitsPolicy, guidance_scale: float | None):
+    """{codes tuple: probability} of the whole grid under the processed distribution, by enumeration."""
+    vocab = pipe.session_adapter().code_vocab_size
+    cells = grid[0] * grid[1]
+    sequences = torch.tensor(list(itertools.product(range(vocab), repeat=cells)))
+    guided = guidance_scale is not None
+    prefix = pipe.encode_prompts([prompt] * len(sequences), None, grid, guided)
+    logits = full_sequence_logits(pipe, prefix, sequences.view(-1, *grid), guidance_scale)
+    probs = policy.probs(logits).gather(-1, sequences[..., None]).squeeze(-1).prod(-1).double()
+    return {tuple(seq.tolist()): float(p) for seq, p in zip(sequences, probs, strict=True) if p > 0}
+
+
+def goodness_of_fit(samples: torch.Tensor, exact: dict[tuple, float], min_expected: float = 5.0) -> float:
+    """Chi-square p-value of samples `[S, N]` against `exact`; outcomes with small expected counts are pooled,
+    and any sample outside the support gives p = 0."""
+    total = samples.shape[0]
+    counts: dict[tuple, int] = {}
+    for row in samples.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    if any(key not in exact for key in counts):
+        return 0.0
+    observed, expected = [], []
+    pooled_observed = pooled_expected = 0.0
+    for key, p in exact.items():
+        if p * total >= min_expected:
+            observed.append(counts.get(key, 0))
+            expected.append(p * total)
+        else:
+            pooled_observed += counts.get(key, 0)
+            pooled_expected += p * total
+    if pooled_expected > 0:
+        observed.append(pooled_observed)
+        expected.append(pooled_expected)
+    expected = np.array(expected) * (total / np.sum(expected))
+    return float(scipy_stats.chisquare(np.array(observed, dtype=float), expected).pvalue)
