@@ -97,7 +97,9 @@ def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float):
         image_token_id=tokenizer.unk_token_id,
     )
     model = JanusForConditionalGeneration(config).eval()
-    _scale_(model.model.generation_head.vision_head.weight, logit_scale)
+    # Janus scores codes through a two-layer head, so both layers are scaled to reach a comparable peakiness
+    _scale_(model.model.generation_head.proj_out.weight, logit_scale)
+    _scale_(model.model.generation_head.vision_head.weight, 2 * logit_scale**2)
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.generation_kwargs = {"boi_token_id": tokenizer.convert_tokens_to_ids("<begin_of_image>")}

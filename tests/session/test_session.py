@@ -92,3 +92,29 @@ def test_bad_query_shapes_are_rejected():
     _, _, session, _, _ = _setup("janus")
     with pytest.raises(ValueError, match="batch=2"):
         session.logits(torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long))
+
+
+def test_groups_keep_drafts_of_different_rows_apart(family):
+    """Two windows in one call: row 1's query must not see row 0's uncommitted input."""
+    pipe, prefix, session, codes, scale = _setup(family)
+    flat = codes.flatten(1)
+    session.logits(torch.arange(0, 4).expand(2, 4), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :3]], 1))
+    session.commit(torch.tensor([[1, 1, 0, 0]] * 2, dtype=torch.bool))  # cells 0 (fed) and 1 known; input of 1 kept
+    # group 1 predicts cell 2 from code 1; group 2 predicts cell 4 from code 3 and must not see code 1's input
+    cells, inputs = torch.tensor([[2, 4]] * 2), torch.stack([flat[:, 1], flat[:, 3]], 1)
+    logits = session.logits(cells, inputs, group=torch.tensor([[1, 2]] * 2))
+    reference = full_sequence_logits(pipe, prefix, codes, scale)
+    torch.testing.assert_close(logits[:, 0], reference[:, 2], **TOL)
+    hidden = full_sequence_logits(pipe, prefix, codes, scale, hidden_cells=(1, 2))
+    torch.testing.assert_close(logits[:, 1], hidden[:, 4], **TOL)
+
+
+def test_group_zero_inputs_are_shared_with_every_group(family):
+    pipe, prefix, session, codes, scale = _setup(family)
+    flat = codes.flatten(1)
+    session.logits(torch.arange(0, 2).expand(2, 2), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1))
+    session.commit(torch.ones(2, 2, dtype=torch.bool))  # code 0 in the cache, cell 1 decoded
+    cells, inputs = torch.tensor([[2, 4]] * 2), torch.stack([flat[:, 1], flat[:, 3]], 1)
+    logits = session.logits(cells, inputs, group=torch.tensor([[0, 2]] * 2))
+    hidden = full_sequence_logits(pipe, prefix, codes, scale, hidden_cells=(2,))
+    torch.testing.assert_close(logits[:, 1], hidden[:, 4], **TOL)  # sees code 1 (group 0), not cell 2

@@ -161,7 +161,11 @@ class BaseARPipeline(DiffusionPipeline):
         # 3. decode codes with the sampler through a session
         start = time.perf_counter()
         session = DecodingSession(
-            self.session_adapter(), self.image_layout(grid), prefix, guidance_scale if guided else None
+            self.session_adapter(),
+            self.image_layout(grid),
+            prefix,
+            guidance_scale if guided else None,
+            codebook=self.image_tokenizer.codebook(),
         )
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = _StepHook(self, progress, callback_on_step_end, tensor_inputs)

@@ -81,10 +81,12 @@ class DecodeTrace:
         """Record codes `[B, n]` as final at cells `[B, n]` (where `valid`), stamped with the current step."""
         if valid is None:
             valid = cells >= 0
-        index = torch.where(valid, cells, 0)
+        scratch = self.codes.shape[1]  # invalid entries are written to an extra column, then dropped
+        index = torch.where(valid, cells, scratch)
         step = self.session.forward_passes[:, None].expand_as(cells)
-        self.codes.scatter_(1, index, torch.where(valid, codes, self.codes.gather(1, index)))
-        self.commit_step.scatter_(1, index, torch.where(valid, step, self.commit_step.gather(1, index)))
+        for table, values in ((self.codes, codes), (self.commit_step, step)):
+            padded = torch.cat([table, table[:, :1]], 1).scatter_(1, index, values.to(table.dtype))
+            table.copy_(padded[:, :scratch])
         counts = valid.sum(1).tolist()
         for image, count in enumerate(counts):
             if count:

@@ -7,9 +7,11 @@ batch and the cache.
 
 Query semantics (`logits(cells, codes)`): query `j` of image `b` predicts cell `t = cells[b, j]` and feeds
 `codes[b, j]` at cell `t - 1` (plus the row-end tokens that follow it, which the session inserts). Its
-input attends to every filled slot before it and to the non-ephemeral inputs of the same call that sit
-at or before it, all at their true positions. Cell 0 is predicted by the prefill and needs no input.
-An *ephemeral* query is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
+input attends to every filled slot before it and to the inputs of the same call that sit at or before
+it and are shared with it: inputs of group 0 (the default) are shared with every query, inputs of a
+group `g > 0` only with queries of group `g` (this keeps unverified drafts of different rows apart).
+Positions are the true ones. Cell 0 is predicted by the prefill and needs no input. An *ephemeral* query
+is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
 
 Rollback is implicit: the inputs of a call stay in the cache only if `commit` keeps them; otherwise
 their slots are simply overwritten later.
@@ -31,8 +33,10 @@ class DecodingSession:
         layout: ImageLayout,
         prefix: Prefix,
         guidance_scale: float | None = None,
+        codebook: torch.Tensor | None = None,
     ):
         self.adapter = adapter
+        self.codebook = codebook  # [V, d] VQ code vectors, for rules that compare codes (LANTERN)
         self.layout = layout
         self.prefix = prefix
         self.guided = guidance_scale is not None
@@ -76,8 +80,12 @@ class DecodingSession:
         cells: torch.Tensor,
         codes: torch.Tensor,
         ephemeral: torch.Tensor | None = None,
+        group: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Guided next-code logits `[B, n, V]` (float32) for cells `[B, n]`; `-1` marks an unused query."""
+        """Guided next-code logits `[B, n, V]` (float32) for cells `[B, n]`; `-1` marks an unused query.
+
+        `ephemeral [B, n]` bool marks placeholder queries; `group [B, n]` (ints >= 0, default 0): a query sees
+        this call's inputs of group 0 and of its own group."""
         cells = cells.to(self.device)
         codes = codes.to(self.device)
         if cells.shape != codes.shape or cells.dim() != 2 or cells.shape[0] != self._batch:
@@ -88,19 +96,23 @@ class DecodingSession:
         batch, n = cells.shape
         out = torch.zeros(batch, n, self.vocab_size, device=self.device)
         out = torch.where((cells == 0)[..., None], self._first_logits[:, None, :], out)
-        packed = self._pack(cells, codes, ephemeral)
+        packed = self._pack(cells, codes, ephemeral, group)
         if packed is None:
             self._last = None
             return out
 
         rows = self._both_halves
-        slots, qstart = rows(packed["slots"]), rows(packed["qstart"])
-        embeds = self._embed_inputs(packed)
-        embeds = rows(embeds)
-        visible = self.filled.clone()
-        visible.scatter_(1, slots, rows(packed["real"] & ~packed["ephemeral"]))
-        visible[:, self.scratch] = False
-        allowed = (visible[:, None, :] | (self._keys >= qstart[..., None])) & (self._keys <= slots[..., None])
+        slots, qstart, groups = rows(packed["slots"]), rows(packed["qstart"]), rows(packed["group"])
+        embeds = rows(self._embed_inputs(packed))
+        # which group's queries may see each slot written by this call (-1: none but its own query)
+        shared = packed["real"] & ~packed["ephemeral"]
+        slot_group = torch.full_like(self.filled, -1, dtype=torch.long)
+        slot_group.scatter_(1, slots, rows(torch.where(shared, packed["group"], -1)))
+        slot_group[:, self.scratch] = -1
+        sees_call_input = (slot_group[:, None, :] == groups[..., None]) | (slot_group[:, None, :] == 0)
+        allowed = (self.filled[:, None, :] | sees_call_input | (self._keys >= qstart[..., None])) & (
+            self._keys <= slots[..., None]
+        )
         hidden = self._forward(embeds, slots, allowed)
 
         last_input = rows((packed["ends"] - 1).clamp(min=0))
@@ -163,7 +175,7 @@ class DecodingSession:
         return self._guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
 
     def _pack(
-        self, cells: torch.Tensor, codes: torch.Tensor, ephemeral: torch.Tensor | None
+        self, cells: torch.Tensor, codes: torch.Tensor, ephemeral: torch.Tensor | None, group: torch.Tensor | None
     ) -> dict[str, torch.Tensor] | None:
         """Lay the inputs of every query side by side per image: the code, then any row-end tokens."""
         layout = self.layout
@@ -179,6 +191,7 @@ class DecodingSession:
         if ephemeral is None:
             ephemeral = torch.zeros_like(has_input)
         ephemeral = ephemeral.to(self.device) & has_input
+        group = torch.zeros_like(cells) if group is None else group.to(self.device)
         starts = ends - n_inputs
         base_slot = self.prefix.length + layout.cell_offset(prev)
         query_ids = torch.arange(cells.shape[1], device=self.device).expand_as(cells)
@@ -198,6 +211,7 @@ class DecodingSession:
             "is_code": blank(False, torch.bool),
             "real": blank(False, torch.bool),
             "ephemeral": blank(False, torch.bool),
+            "group": blank(0, torch.long),
         }
         for j in range(1 + n_struct):
             exists = has_input if j == 0 else at_row_end
@@ -212,6 +226,7 @@ class DecodingSession:
                 "is_code": torch.full_like(has_input, j == 0),
                 "real": exists,
                 "ephemeral": ephemeral,
+                "group": group,
             }
             for key, value in values.items():
                 packed[key].scatter_(1, column, value)

@@ -1,0 +1,51 @@
+"""`sjd`: Speculative Jacobi Decoding (Teng et al., ICLR 2025), optionally with coupled drafts (MC-SJD).
+
+Lossless: with the exact acceptance rule the codes have exactly the distribution of `ar` under the same
+processed `p` (CFG, temperature, top-k, top-p), for every batch size; each image commits its own number
+of tokens per forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from .base import DecodeTrace
+from .drafts import check_scheme
+from .policy import LogitsPolicy
+from .random import ImageRandom
+from .speculative import AcceptanceRule, Exact
+from .windows import Lanes, WindowConfig, run_windows
+
+if TYPE_CHECKING:
+    from ..session import DecodingSession
+
+
+def check_window(window: int) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    return window
+
+
+@dataclass
+class SJD:
+    """`window`: slots verified per forward (default 16); `init`: how new slots are guessed (`random`,
+    `repeat_horizontal`, `repeat_vertical`, `sample_horizontal`, `sample_vertical`); `coupling`: keep a
+    re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))` (MC-SJD, still lossless);
+    `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern(k, delta)`."""
+
+    window: int = 16
+    init: str = "random"
+    coupling: bool = False
+    acceptance: AcceptanceRule = field(default_factory=Exact)
+    name: ClassVar[str] = "sjd"
+
+    def __post_init__(self) -> None:
+        check_window(self.window)
+        check_scheme(self.init)
+
+    def config(self) -> WindowConfig:
+        return WindowConfig(self.window, self.init, self.coupling, self.acceptance)
+
+    def run(self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace) -> None:
+        run_windows(session, policy, rng, trace, Lanes.whole_image(session.num_cells), self.config())

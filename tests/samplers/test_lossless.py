@@ -1,0 +1,93 @@
+"""Lossless samplers produce exactly `ar`'s distribution: tested against the exact joint of a tiny grid.
+
+Every test draws a few thousand images with fixed seeds, with CFG, top-k and temperature != 1, and runs a
+chi-square test against the joint distribution obtained by enumerating every code grid through an uncached
+full forward. The negative controls show the same test rejects samplers whose rule is subtly wrong.
+"""
+
+import functools
+
+import pytest
+import torch
+
+from arjet.samplers import INIT_SCHEMES, SJD, Lantern, LogitsPolicy, ZipAR
+from arjet.testing import tiny_pipeline
+from stats import exact_joint, goodness_of_fit
+
+PROMPT = "a red circle left of a blue square"
+GUIDANCE, POLICY = 3.0, LogitsPolicy(temperature=0.8, top_k=3)
+SAMPLES = 4000
+ALPHA = 1e-3
+GRIDS = {"janus": (2, 2), "emu3": (2, 3), "lumina_mgpt": (2, 3)}  # Janus decodes square grids only
+
+
+@functools.cache
+def _setup(family):
+    grid = GRIDS[family]
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=4, logit_scale=3.0)
+    return pipe, exact_joint(pipe, PROMPT, grid, POLICY, GUIDANCE)
+
+
+def _draw(pipe, sampler, samples=SAMPLES, seed=0):
+    out = pipe(
+        PROMPT, sampler=sampler, num_images_per_prompt=samples, seed=seed, guidance_scale=GUIDANCE,
+        temperature=POLICY.temperature, top_k=POLICY.top_k, output_type="latent",
+    )
+    return out.codes.flatten(1)
+
+
+def test_ar_itself_matches_the_exact_distribution(family):
+    pipe, exact = _setup(family)
+    assert goodness_of_fit(_draw(pipe, "ar"), exact) > ALPHA
+
+
+@pytest.mark.parametrize("coupling", [False, True], ids=["sjd", "mc-sjd"])
+@pytest.mark.parametrize("init", INIT_SCHEMES)
+def test_sjd_is_lossless_in_a_batch(family, init, coupling):
+    pipe, exact = _setup(family)
+    sampler = SJD(window=3, init=init, coupling=coupling)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+@pytest.mark.parametrize("sampler", [SJD(window=4), SJD(window=4, init="repeat_vertical", coupling=True)], ids=repr)
+def test_sjd_is_lossless_one_image_at_a_time(family, sampler):
+    pipe, exact = _setup(family)
+    codes = torch.cat([_draw(pipe, sampler, samples=1, seed=seed) for seed in range(1500)])
+    assert goodness_of_fit(codes, exact) > ALPHA
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [ZipAR(w=3), ZipAR(w=8), ZipAR(w=3, verify=SJD(window=3)), ZipAR(w=3, verify=SJD(window=2, coupling=True))],
+    ids=repr,
+)
+def test_zipar_with_w_at_least_the_width_is_ar(family, sampler):
+    pipe, exact = _setup(family)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+def test_lantern_with_delta_zero_is_sjd(family):
+    pipe, _ = _setup(family)
+    sjd = pipe(PROMPT, sampler=SJD(window=3), seed=7, num_images_per_prompt=64, output_type="latent").codes
+    lantern = SJD(window=3, acceptance=Lantern(k=2, delta=0.0))
+    assert torch.equal(pipe(PROMPT, sampler=lantern, seed=7, num_images_per_prompt=64, output_type="latent").codes, sjd)
+
+
+class _TwiceTemperature:
+    """A subtly wrong rule: verifies against p sharpened once more (temperature applied twice)."""
+
+    name = "wrong"
+
+    def target(self, p, q, context):
+        sharpened = p.pow(1.25)
+        return sharpened / sharpened.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [SJD(window=3, acceptance=_TwiceTemperature()), SJD(window=3, acceptance=Lantern(k=2, delta=0.25))],
+    ids=["temperature-applied-twice", "lantern-delta-0.25"],
+)
+def test_negative_control_a_wrong_rule_is_rejected(family, sampler):
+    pipe, exact = _setup(family)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) < ALPHA
