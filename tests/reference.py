@@ -9,7 +9,11 @@ from arjet.session import Prefix
 
 @torch.no_grad()
 def full_sequence_logits(
-    pipe, prefix: Prefix, codes: torch.Tensor, guidance_scale: float | None, hidden_cells: tuple[int, ...] = ()
+    pipe,
+    prefix: Prefix,
+    codes: torch.Tensor,
+    guidance_scale: float | None,
+    hidden_cells: tuple[int, ...] = (),
 ) -> torch.Tensor:
     """Guided next-code logits `[B, N, V]` for every cell, from one uncached forward over prefix + all codes.
 

@@ -1,8 +1,8 @@
 """arjet: fast, correct parallel decoding for autoregressive text-to-image models.
 
-    pipe = arjet.ARPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")   # or arjet.load()
-    out = pipe("a red circle left of a blue square", sampler="sjd", seed=0)
-    out.images[0]; out.stats[0]
+pipe = arjet.ARPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")   # or arjet.load()
+out = pipe("a red circle left of a blue square", sampler="sjd", seed=0)
+out.images[0]; out.stats[0]
 """
 
 from . import samplers

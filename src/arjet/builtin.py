@@ -24,7 +24,9 @@ def available_models() -> list[str]:
 def model_path(name: str = DEFAULT_MODEL) -> Path:
     names = available_models()
     if name not in names:
-        raise ValueError(f"unknown built-in model {name!r}; available: {', '.join(names) or 'none installed'}")
+        raise ValueError(
+            f"unknown built-in model {name!r}; available: {', '.join(names) or 'none installed'}"
+        )
     return assets_dir() / name
 
 

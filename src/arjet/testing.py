@@ -15,11 +15,47 @@ import torch
 from .text_tokenizer import build_word_tokenizer
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt")
-WORDS = (
-    "a an the of and on in with left right above below next to small large big "
-    "red green blue yellow orange purple pink white black gray brown cyan "
-    "circle square triangle star cat dog photo image picture background"
-).split()
+WORDS = [
+    "a",
+    "an",
+    "the",
+    "of",
+    "and",
+    "on",
+    "in",
+    "with",
+    "left",
+    "right",
+    "above",
+    "below",
+    "next",
+    "to",
+    "small",
+    "large",
+    "big",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "orange",
+    "purple",
+    "pink",
+    "white",
+    "black",
+    "gray",
+    "brown",
+    "cyan",
+    "circle",
+    "square",
+    "triangle",
+    "star",
+    "cat",
+    "dog",
+    "photo",
+    "image",
+    "picture",
+    "background",
+]
 
 
 def tiny_pipeline(
@@ -29,12 +65,14 @@ def tiny_pipeline(
     seed: int = 0,
     *,
     logit_scale: float = 1.0,
+    num_layers: int = 2,
     dtype: torch.dtype = torch.float32,
 ):
     """A pipeline over a tiny random model of `family` that decodes a `grid` of codes in `0..vocab_size-1`.
 
     `logit_scale` multiplies the code head's weights: > 1 gives peakier next-code distributions (random
     tiny models are otherwise nearly uniform), which makes statistical sampler tests more discriminating.
+    `num_layers` sets the transformer depth (1 makes every cached key depend on its own token only).
     """
     if family not in _BUILDERS:
         raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
@@ -44,18 +82,18 @@ def tiny_pipeline(
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     torch.manual_seed(seed)
-    pipe = _BUILDERS[family](grid, vocab_size, logit_scale)
+    pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)
     pipe.to(dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
-def _text_model_config(vocab: int, **extra) -> dict:
+def _text_model_config(vocab: int, layers: int, **extra) -> dict:
     return dict(
         vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
@@ -68,7 +106,7 @@ def _scale_(weight: torch.nn.Parameter, scale: float) -> None:
         weight.mul_(scale)
 
 
-def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
     from transformers import JanusConfig, JanusForConditionalGeneration
 
     from .pipelines.janus import JanusPipeline
@@ -77,22 +115,44 @@ def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float):
         raise ValueError(f"Janus decodes square grids only, got {grid}")
     tokenizer = build_word_tokenizer(
         WORDS,
-        ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>", "<|User|>", "<|Assistant|>",
-         "<begin_of_image>", "<end_of_image>"],
+        [
+            "<｜begin▁of▁sentence｜>",
+            "<｜end▁of▁sentence｜>",
+            "<｜▁pad▁｜>",
+            "<|User|>",
+            "<|Assistant|>",
+            "<begin_of_image>",
+            "<end_of_image>",
+        ],
         bos_token="<｜begin▁of▁sentence｜>",
         eos_token="<｜end▁of▁sentence｜>",
         pad_token="<｜▁pad▁｜>",
     )
     side = grid[0]
     config = JanusConfig(
-        text_config=dict(model_type="llama", **_text_model_config(len(tokenizer), pad_token_id=tokenizer.pad_token_id)),
+        text_config=dict(
+            model_type="llama",
+            **_text_model_config(len(tokenizer), layers, pad_token_id=tokenizer.pad_token_id),
+        ),
         vision_config=dict(
-            image_size=2 * side, patch_size=2, num_image_tokens=side * side, hidden_size=32, projection_dim=32,
-            num_hidden_layers=1, num_attention_heads=4, mlp_ratio=2,
+            image_size=2 * side,
+            patch_size=2,
+            num_image_tokens=side * side,
+            hidden_size=32,
+            projection_dim=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            mlp_ratio=2,
         ),
         vq_config=dict(
-            embed_dim=8, num_embeddings=vocab_size, latent_channels=8, base_channels=32, channel_multiplier=[1, 2],
-            num_res_blocks=1, projection_dim=32, image_token_embed_dim=32,
+            embed_dim=8,
+            num_embeddings=vocab_size,
+            latent_channels=8,
+            base_channels=32,
+            channel_multiplier=[1, 2],
+            num_res_blocks=1,
+            projection_dim=32,
+            image_token_embed_dim=32,
         ),
         image_token_id=tokenizer.unk_token_id,
     )
@@ -102,11 +162,13 @@ def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float):
     _scale_(model.model.generation_head.vision_head.weight, 2 * logit_scale**2)
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.generation_kwargs = {"boi_token_id": tokenizer.convert_tokens_to_ids("<begin_of_image>")}
+    model.generation_config.generation_kwargs = {
+        "boi_token_id": tokenizer.convert_tokens_to_ids("<begin_of_image>")
+    }
     return JanusPipeline(model=model, tokenizer=tokenizer)
 
 
-def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
     from transformers import Emu3Config, Emu3ForConditionalGeneration
 
     from .pipelines.emu3 import Emu3Pipeline
@@ -114,8 +176,18 @@ def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float):
     visual = [f"<|visual token {code:06d}|>" for code in range(vocab_size)]
     tokenizer = build_word_tokenizer(
         [*WORDS, *"0123456789", "*"],
-        ["<|endoftext|>", "<|extra_203|>", "<|extra_204|>", "<|extra_200|>", "<|extra_201|>", "<|image start|>",
-         "<|image end|>", "<|image token|>", "<image>", *visual],
+        [
+            "<|endoftext|>",
+            "<|extra_203|>",
+            "<|extra_204|>",
+            "<|extra_200|>",
+            "<|extra_201|>",
+            "<|image start|>",
+            "<|image end|>",
+            "<|image token|>",
+            "<image>",
+            *visual,
+        ],
         bos_token="<|extra_203|>",
         eos_token="<|extra_204|>",
         pad_token="<|endoftext|>",
@@ -123,12 +195,22 @@ def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float):
     vocab = tokenizer.get_vocab()
     config = Emu3Config(
         text_config=_text_model_config(
-            len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            len(tokenizer),
+            layers,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
         ),
         vq_config=dict(
-            codebook_size=vocab_size, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 1],
-            num_res_blocks=1, attn_resolutions=[], hidden_size=32, num_attention_heads=1,
+            codebook_size=vocab_size,
+            embed_dim=4,
+            latent_channels=4,
+            base_channels=32,
+            channel_multiplier=[1, 1],
+            num_res_blocks=1,
+            attn_resolutions=[],
+            hidden_size=32,
+            num_attention_heads=1,
             temporal_downsample_factor=4,
         ),
         vocabulary_map=vocab,
@@ -137,12 +219,15 @@ def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float):
     _scale_(model.lm_head.weight, logit_scale)
     factor = model.model.vqmodel.spatial_scale_factor
     return Emu3Pipeline(
-        model=model, tokenizer=tokenizer, image_area=grid[0] * grid[1] * factor**2,
-        default_height=grid[0] * factor, default_width=grid[1] * factor,
+        model=model,
+        tokenizer=tokenizer,
+        image_area=grid[0] * grid[1] * factor**2,
+        default_height=grid[0] * factor,
+        default_width=grid[1] * factor,
     )
 
 
-def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float):
+def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     from .pipelines.lumina_mgpt import LuminaMGPTPipeline, image_token_name
@@ -152,28 +237,61 @@ def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float):
     size_tokens = [f"<reserved{8800 + n:05d}>" for n in range(1, max(grid) + 1)]
     tokenizer = build_word_tokenizer(
         [*WORDS, *"0123456789", "x", ":", "generate", "according", "to", "following", "prompt"],
-        ["<pad>", "<s>", "</s>", "<image>", "<racm3:break>", "<eoss>", "<reserved08706>", "<reserved08799>",
-         *size_tokens, *[image_token_name(code) for code in range(vocab_size)]],
+        [
+            "<pad>",
+            "<s>",
+            "</s>",
+            "<image>",
+            "<racm3:break>",
+            "<eoss>",
+            "<reserved08706>",
+            "<reserved08799>",
+            *size_tokens,
+            *[image_token_name(code) for code in range(vocab_size)],
+        ],
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
     )
     config = ChameleonConfig(
-        **_text_model_config(len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                             eos_token_id=tokenizer.eos_token_id),
+        **_text_model_config(
+            len(tokenizer),
+            layers,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
         vocabulary_map=tokenizer.get_vocab(),
-        vq_config=dict(embed_dim=8, num_embeddings=vocab_size, latent_channels=8, base_channels=32,
-                       channel_multiplier=[1, 1], num_res_blocks=1, resolution=16, attn_resolutions=[]),
+        vq_config=dict(
+            embed_dim=8,
+            num_embeddings=vocab_size,
+            latent_channels=8,
+            base_channels=32,
+            channel_multiplier=[1, 1],
+            num_res_blocks=1,
+            resolution=16,
+            attn_resolutions=[],
+        ),
     )
     model = ChameleonForConditionalGeneration(config).eval()
     _scale_(model.lm_head.weight, logit_scale)
     vqgan = ChameleonVQGAN(
-        embed_dim=8, n_embed=vocab_size, z_channels=8, ch=32, ch_mult=(1, 1, 1, 1, 1, 1), num_res_blocks=1,
-        attn_resolutions=(), resolution=32 * max(grid),
+        embed_dim=8,
+        n_embed=vocab_size,
+        z_channels=8,
+        ch=32,
+        ch_mult=(1, 1, 1, 1, 1, 1),
+        num_res_blocks=1,
+        attn_resolutions=(),
+        resolution=32 * max(grid),
     ).eval()
     return LuminaMGPTPipeline(
-        model=model, tokenizer=tokenizer, vqgan=vqgan, resolution=32 * max(grid),
-        default_height=32 * grid[0], default_width=32 * grid[1],
+        model=model,
+        tokenizer=tokenizer,
+        vqgan=vqgan,
+        resolution=32 * max(grid),
+        default_height=32 * grid[0],
+        default_width=32 * grid[1],
     )
 
 

@@ -29,7 +29,11 @@ def test_generates_images_of_the_right_size_in_every_output_type(pipe):
     assert out.codes.dtype == torch.long and out.codes.shape == (2, *GRID)
     assert out.codes.min() >= 0 and out.codes.max() < 8
     array = pipe(PROMPTS[0], seed=0, output_type="np").images
-    assert isinstance(array, np.ndarray) and array.shape == (1, side, side, 3) and 0 <= array.min() <= array.max() <= 1
+    assert (
+        isinstance(array, np.ndarray)
+        and array.shape == (1, side, side, 3)
+        and 0 <= array.min() <= array.max() <= 1
+    )
     tensor = pipe(PROMPTS[0], seed=0, output_type="pt").images
     assert isinstance(tensor, torch.Tensor) and tensor.shape == (1, 3, side, side)
     latent = pipe(PROMPTS[0], seed=0, output_type="latent")
@@ -53,7 +57,9 @@ def test_stats_count_the_forwards_actually_run(pipe):
         assert stat.forward_passes == cells and stat["forward_passes"] == cells
         assert stat.tokens == cells and stat.accepted_per_step == [1] * cells
         assert stat.seconds > 0 and stat.compression == 1.0
-        assert stat.commit_step.shape == GRID and stat.commit_step.flatten().tolist() == list(range(1, cells + 1))
+        assert stat.commit_step.shape == GRID and stat.commit_step.flatten().tolist() == list(
+            range(1, cells + 1)
+        )
 
 
 def test_same_seed_same_codes_and_batch_equals_single(pipe):
@@ -96,7 +102,9 @@ def test_callback_sees_partial_codes_and_can_interrupt(pipe):
             p._interrupt = True
         return tensors
 
-    out = pipe(PROMPTS[0], seed=0, callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["codes"])
+    out = pipe(
+        PROMPTS[0], seed=0, callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["codes"]
+    )
     assert len(seen) == 4
     assert (seen[0] >= 0).sum() == 1 and (seen[-1] >= 0).sum() == 4
     assert (out.codes >= 0).sum() == 4  # stopped early: the rest stays -1 and is painted grey
@@ -110,7 +118,9 @@ def test_greedy_is_deterministic_without_a_seed(pipe):
 def test_sampler_object_is_accepted(pipe):
     from arjet.samplers import AR
 
-    assert torch.equal(pipe(PROMPTS[0], seed=1, sampler=AR()).codes, pipe(PROMPTS[0], seed=1, sampler="ar").codes)
+    assert torch.equal(
+        pipe(PROMPTS[0], seed=1, sampler=AR()).codes, pipe(PROMPTS[0], seed=1, sampler="ar").codes
+    )
 
 
 BAD_INPUTS = [

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from stats import exact_joint, goodness_of_fit
 
 from arjet.samplers import LogitsPolicy
 from arjet.testing import tiny_pipeline
-from stats import exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"
 
@@ -13,8 +13,11 @@ PROMPT = "a red circle left of a blue square"
 def _hf_generate(pipe, samples: int, **generation):
     prefix = pipe.encode_prompts([PROMPT], None, pipe.image_tokenizer.grid, guided=False)
     return pipe.model.generate(
-        prefix.ids, attention_mask=torch.ones_like(prefix.ids), generation_mode="image",
-        num_return_sequences=samples, **generation,
+        prefix.ids,
+        attention_mask=torch.ones_like(prefix.ids),
+        generation_mode="image",
+        num_return_sequences=samples,
+        **generation,
     )
 
 
@@ -36,7 +39,12 @@ def test_sampling_distribution_matches_transformers_generate():
     torch.manual_seed(0)
     theirs = _hf_generate(pipe, samples, do_sample=True, guidance_scale=guidance, temperature=0.8, top_k=3)
     ours = pipe(
-        PROMPT, num_images_per_prompt=samples, seed=0, guidance_scale=guidance, temperature=0.8, top_k=3,
+        PROMPT,
+        num_images_per_prompt=samples,
+        seed=0,
+        guidance_scale=guidance,
+        temperature=0.8,
+        top_k=3,
         output_type="latent",
     ).codes.flatten(1)
     assert goodness_of_fit(theirs, exact) > 1e-3

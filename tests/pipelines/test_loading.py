@@ -13,7 +13,9 @@ def test_missing_local_folder_says_what_to_provide(tmp_path):
 
 def test_unavailable_hub_id_names_the_local_folder_to_provide(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError, match=r"hf download deepseek-community/Janus-Pro-1B --local-dir ./Janus-Pro-1B"):
+    with pytest.raises(
+        FileNotFoundError, match=r"hf download deepseek-community/Janus-Pro-1B --local-dir ./Janus-Pro-1B"
+    ):
         arjet.ARPipeline.from_pretrained("deepseek-community/Janus-Pro-1B", local_files_only=True)
 
 

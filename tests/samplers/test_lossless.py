@@ -9,10 +9,10 @@ import functools
 
 import pytest
 import torch
+from stats import exact_joint, goodness_of_fit
 
 from arjet.samplers import INIT_SCHEMES, SJD, Lantern, LogitsPolicy, ZipAR
 from arjet.testing import tiny_pipeline
-from stats import exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"
 GUIDANCE, POLICY = 3.0, LogitsPolicy(temperature=0.8, top_k=3)
@@ -30,8 +30,14 @@ def _setup(family):
 
 def _draw(pipe, sampler, samples=SAMPLES, seed=0):
     out = pipe(
-        PROMPT, sampler=sampler, num_images_per_prompt=samples, seed=seed, guidance_scale=GUIDANCE,
-        temperature=POLICY.temperature, top_k=POLICY.top_k, output_type="latent",
+        PROMPT,
+        sampler=sampler,
+        num_images_per_prompt=samples,
+        seed=seed,
+        guidance_scale=GUIDANCE,
+        temperature=POLICY.temperature,
+        top_k=POLICY.top_k,
+        output_type="latent",
     )
     return out.codes.flatten(1)
 
@@ -49,7 +55,9 @@ def test_sjd_is_lossless_in_a_batch(family, init, coupling):
     assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
 
 
-@pytest.mark.parametrize("sampler", [SJD(window=4), SJD(window=4, init="repeat_vertical", coupling=True)], ids=repr)
+@pytest.mark.parametrize(
+    "sampler", [SJD(window=4), SJD(window=4, init="repeat_vertical", coupling=True)], ids=repr
+)
 def test_sjd_is_lossless_one_image_at_a_time(family, sampler):
     pipe, exact = _setup(family)
     codes = torch.cat([_draw(pipe, sampler, samples=1, seed=seed) for seed in range(1500)])
@@ -58,7 +66,12 @@ def test_sjd_is_lossless_one_image_at_a_time(family, sampler):
 
 @pytest.mark.parametrize(
     "sampler",
-    [ZipAR(w=3), ZipAR(w=8), ZipAR(w=3, verify=SJD(window=3)), ZipAR(w=3, verify=SJD(window=2, coupling=True))],
+    [
+        ZipAR(w=3),
+        ZipAR(w=8),
+        ZipAR(w=3, verify=SJD(window=3)),
+        ZipAR(w=3, verify=SJD(window=2, coupling=True)),
+    ],
     ids=repr,
 )
 def test_zipar_with_w_at_least_the_width_is_ar(family, sampler):
@@ -70,7 +83,9 @@ def test_lantern_with_delta_zero_is_sjd(family):
     pipe, _ = _setup(family)
     sjd = pipe(PROMPT, sampler=SJD(window=3), seed=7, num_images_per_prompt=64, output_type="latent").codes
     lantern = SJD(window=3, acceptance=Lantern(k=2, delta=0.0))
-    assert torch.equal(pipe(PROMPT, sampler=lantern, seed=7, num_images_per_prompt=64, output_type="latent").codes, sjd)
+    assert torch.equal(
+        pipe(PROMPT, sampler=lantern, seed=7, num_images_per_prompt=64, output_type="latent").codes, sjd
+    )
 
 
 class _TwiceTemperature:

@@ -68,7 +68,9 @@ def test_inverse_cdf_sampling_matches_the_distribution():
     draws = sample(probs, torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     frequencies = torch.bincount(draws, minlength=4).double() / 20000
     assert frequencies[1] == 0
-    torch.testing.assert_close(frequencies, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.015, rtol=0)
+    torch.testing.assert_close(
+        frequencies, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.015, rtol=0
+    )
     assert sample(torch.tensor([[0.0, 1.0]]), torch.tensor([0.999999])).item() == 1
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from reference import full_sequence_logits
 
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
-from reference import full_sequence_logits
 
 GRID = (3, 3)
 TOL = dict(atol=1e-4, rtol=1e-4)
@@ -57,7 +57,9 @@ def test_queries_see_only_committed_cells_and_earlier_inputs(family):
     """ZipAR's pattern: row 1 advances while row 0 is unfinished; nothing attends to an empty cell."""
     pipe, prefix, session, codes, scale = _setup(family)
     flat = codes.flatten(1)
-    session.logits(torch.arange(0, 3).expand(2, 3), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :2]], 1))
+    session.logits(
+        torch.arange(0, 3).expand(2, 3), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :2]], 1)
+    )
     session.commit(torch.ones(2, 3, dtype=torch.bool))  # cells 0, 1 are in the cache; cell 2 is not
     # one call: predict cell 4 (input: code of cell 3) -- cell 2 and row 0's end are absent
     logits = session.logits(torch.tensor([[4], [4]]), flat[:, 3:4])
@@ -68,11 +70,15 @@ def test_queries_see_only_committed_cells_and_earlier_inputs(family):
 def test_ephemeral_inputs_are_private_and_cannot_be_committed(family):
     pipe, prefix, session, codes, scale = _setup(family)
     flat = codes.flatten(1)
-    session.logits(torch.tensor([[0, 1], [0, 1]]), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1))
+    session.logits(
+        torch.tensor([[0, 1], [0, 1]]), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1)
+    )
     session.commit(torch.ones(2, 2, dtype=torch.bool))  # cell 0 in the cache
     # a placeholder at cell 3 (predicting 4) must not be seen by the real query at cell 1 -> predicting 2...
     cells = torch.tensor([[2, 4], [2, 4]])
-    logits = session.logits(cells, torch.stack([flat[:, 1], flat[:, 3]], 1), ephemeral=torch.tensor([[0, 1], [0, 1]]).bool())
+    logits = session.logits(
+        cells, torch.stack([flat[:, 1], flat[:, 3]], 1), ephemeral=torch.tensor([[0, 1], [0, 1]]).bool()
+    )
     reference = full_sequence_logits(pipe, prefix, codes, scale)
     torch.testing.assert_close(logits[:, 0], reference[:, 2], **TOL)
     # ...and the placeholder itself sees cells 0, 1 but not cell 2
@@ -98,8 +104,12 @@ def test_groups_keep_drafts_of_different_rows_apart(family):
     """Two windows in one call: row 1's query must not see row 0's uncommitted input."""
     pipe, prefix, session, codes, scale = _setup(family)
     flat = codes.flatten(1)
-    session.logits(torch.arange(0, 4).expand(2, 4), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :3]], 1))
-    session.commit(torch.tensor([[1, 1, 0, 0]] * 2, dtype=torch.bool))  # cells 0 (fed) and 1 known; input of 1 kept
+    session.logits(
+        torch.arange(0, 4).expand(2, 4), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :3]], 1)
+    )
+    session.commit(
+        torch.tensor([[1, 1, 0, 0]] * 2, dtype=torch.bool)
+    )  # cells 0 (fed) and 1 known; input of 1 kept
     # group 1 predicts cell 2 from code 1; group 2 predicts cell 4 from code 3 and must not see code 1's input
     cells, inputs = torch.tensor([[2, 4]] * 2), torch.stack([flat[:, 1], flat[:, 3]], 1)
     logits = session.logits(cells, inputs, group=torch.tensor([[1, 2]] * 2))
@@ -112,7 +122,9 @@ def test_groups_keep_drafts_of_different_rows_apart(family):
 def test_group_zero_inputs_are_shared_with_every_group(family):
     pipe, prefix, session, codes, scale = _setup(family)
     flat = codes.flatten(1)
-    session.logits(torch.arange(0, 2).expand(2, 2), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1))
+    session.logits(
+        torch.arange(0, 2).expand(2, 2), torch.cat([torch.zeros(2, 1, dtype=torch.long), flat[:, :1]], 1)
+    )
     session.commit(torch.ones(2, 2, dtype=torch.bool))  # code 0 in the cache, cell 1 decoded
     cells, inputs = torch.tensor([[2, 4]] * 2), torch.stack([flat[:, 1], flat[:, 3]], 1)
     logits = session.logits(cells, inputs, group=torch.tensor([[0, 2]] * 2))

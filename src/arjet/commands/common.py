@@ -12,21 +12,29 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", default=None, help="built-in model name, local checkpoint folder or hub id (default: built-in)"
+        "--model",
+        default=None,
+        help="built-in model name, local checkpoint folder or hub id (default: built-in)",
     )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default: the checkpoint's)")
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default: the checkpoint's)"
+    )
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--guidance-scale", type=float, default=None, help="CFG scale (default: the family's)")
+    parser.add_argument(
+        "--guidance-scale", type=float, default=None, help="CFG scale (default: the family's)"
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None, help="default: the family's")
     parser.add_argument("--top-p", type=float, default=None)
 
 
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(guidance_scale=args.guidance_scale, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    return dict(
+        guidance_scale=args.guidance_scale, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p
+    )
 
 
 def load_pipeline(args: argparse.Namespace):

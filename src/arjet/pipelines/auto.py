@@ -25,14 +25,22 @@ class ARPipeline:
     def pipeline_class(cls, folder) -> type[BaseARPipeline]:
         kind, name = checkpoint_kind(folder)
         for pipeline in PIPELINES:
-            if (kind == "pipeline" and name == pipeline.__name__) or (kind == "transformers" and name == pipeline.model_type):
+            if (kind == "pipeline" and name == pipeline.__name__) or (
+                kind == "transformers" and name == pipeline.model_type
+            ):
                 return pipeline
         supported = ", ".join(f"{p.__name__} ({p.model_type})" for p in PIPELINES)
         what = "pipeline class" if kind == "pipeline" else "model_type"
-        raise ValueError(f"{folder} holds {what} {name!r}, which arjet does not support; supported: {supported}")
+        raise ValueError(
+            f"{folder} holds {what} {name!r}, which arjet does not support; supported: {supported}"
+        )
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> BaseARPipeline:
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
+    ) -> BaseARPipeline:
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
-        folder = resolve_checkpoint(pretrained_model_name_or_path, **{k: kwargs.pop(k) for k in hub_keys if k in kwargs})
+        folder = resolve_checkpoint(
+            pretrained_model_name_or_path, **{k: kwargs.pop(k) for k in hub_keys if k in kwargs}
+        )
         return cls.pipeline_class(folder).from_pretrained(str(folder), **kwargs)

@@ -54,17 +54,23 @@ class BaseARPipeline(DiffusionPipeline):
         """Load a saved arjet pipeline folder, or a bare transformers checkpoint of this family (a local
         folder or a hub id in the local cache), e.g. `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`."""
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
-        folder = resolve_checkpoint(pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs})
+        folder = resolve_checkpoint(
+            pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
+        )
         kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
         kind, name = checkpoint_kind(folder)
         if kind == "pipeline":
             return super().from_pretrained(folder, **kwargs)
         if name != cls.model_type:
-            raise ValueError(f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints")
+            raise ValueError(
+                f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
+            )
         return cls(**cls.components_from_transformers(folder, **kwargs))
 
     @classmethod
-    def components_from_transformers(cls, folder, dtype: torch.dtype | None = None, **kwargs: Any) -> dict[str, Any]:
+    def components_from_transformers(
+        cls, folder, dtype: torch.dtype | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
         """The pipeline's components built from a bare transformers checkpoint folder."""
         from transformers import AutoTokenizer
 
@@ -145,7 +151,9 @@ class BaseARPipeline(DiffusionPipeline):
         tensor_inputs = list(callback_on_step_end_tensor_inputs or ["codes"])
         unknown = [name for name in tensor_inputs if name not in self._callback_tensor_inputs]
         if unknown:
-            raise ValueError(f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}")
+            raise ValueError(
+                f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}"
+            )
         default_height, default_width = self.default_size()
         grid = self.grid_for(height or default_height, width or default_width)
         batch = len(prompts) * num_images_per_prompt
@@ -281,7 +289,9 @@ def _check_number(name: str, value: Any, minimum: float) -> None:
 
 
 def _generators(
-    generator: torch.Generator | Sequence[torch.Generator] | None, seed: int | Sequence[int] | None, batch: int
+    generator: torch.Generator | Sequence[torch.Generator] | None,
+    seed: int | Sequence[int] | None,
+    batch: int,
 ) -> torch.Generator | list[torch.Generator] | None:
     if generator is not None and seed is not None:
         raise ValueError("pass either generator or seed, not both")

@@ -32,7 +32,9 @@ def size_from_aspect_ratio(aspect_ratio: str, image_area: int, downsample: int) 
         if ratio_w <= 0 or ratio_h <= 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"aspect_ratio must look like '16:9' (two positive integers), got {aspect_ratio!r}") from None
+        raise ValueError(
+            f"aspect_ratio must look like '16:9' (two positive integers), got {aspect_ratio!r}"
+        ) from None
     scale = (image_area / (ratio_w * ratio_h)) ** 0.5
     rows = max(1, round(ratio_h * scale / downsample))
     columns = max(1, round(ratio_w * scale / downsample))
@@ -123,7 +125,9 @@ class Emu3Pipeline(BaseARPipeline):
         if guided:
             texts += negative_prompts or [self.config.default_negative_prompt] * len(prompts)
         bos = self.tokenizer.bos_token_id
-        rows = [[bos] + self.tokenizer(t + image_prefix, add_special_tokens=False)["input_ids"] for t in texts]
+        rows = [
+            [bos] + self.tokenizer(t + image_prefix, add_special_tokens=False)["input_ids"] for t in texts
+        ]
         return left_pad_rows(rows, self.tokenizer.pad_token_id, self._execution_device)
 
     def _token_id(self, token: str) -> int:

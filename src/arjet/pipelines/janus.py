@@ -91,9 +91,10 @@ class JanusPipeline(BaseARPipeline):
         if pad is None:
             raise ValueError("the Janus tokenizer has no pad token; CFG needs one (set tokenizer.pad_token)")
         rows = [
-            [bos] + tokenizer(self.prompt_template.format(prompt=p) + self.image_start_token, add_special_tokens=False)[
-                "input_ids"
-            ]
+            [bos]
+            + tokenizer(
+                self.prompt_template.format(prompt=p) + self.image_start_token, add_special_tokens=False
+            )["input_ids"]
             for p in prompts
         ]
         if guided:

@@ -20,6 +20,7 @@ from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerB
 from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
 from ..session import ImageLayout, Prefix
+
 try:  # TEMP until the VQGAN module lands
     from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
 except ImportError:
@@ -63,7 +64,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
     ):
         super().__init__()
         self.register_modules(model=model, tokenizer=tokenizer, vqgan=vqgan)
-        self.register_to_config(resolution=resolution, default_height=default_height, default_width=default_width)
+        self.register_to_config(
+            resolution=resolution, default_height=default_height, default_width=default_width
+        )
 
     @classmethod
     def components_from_transformers(
@@ -92,7 +95,12 @@ class LuminaMGPTPipeline(BaseARPipeline):
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         for name, value in (("height", height), ("width", width)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < GRID_UNIT or value % GRID_UNIT:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < GRID_UNIT
+                or value % GRID_UNIT
+            ):
                 raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
         limit = self.config.resolution
         if height * width > limit * limit or max(height, width) > self.max_aspect_ratio * min(height, width):

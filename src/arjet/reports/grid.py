@@ -17,8 +17,12 @@ def image_grid(
     columns = columns or math.ceil(math.sqrt(len(images)))
     rows = math.ceil(len(images) / columns)
     width, height = images[0].size
-    grid = PIL.Image.new("RGB", (columns * (width + padding) + padding, rows * (height + padding) + padding), background)
+    grid = PIL.Image.new(
+        "RGB", (columns * (width + padding) + padding, rows * (height + padding) + padding), background
+    )
     for index, image in enumerate(images):
         row, column = divmod(index, columns)
-        grid.paste(image.convert("RGB"), (padding + column * (width + padding), padding + row * (height + padding)))
+        grid.paste(
+            image.convert("RGB"), (padding + column * (width + padding), padding + row * (height + padding))
+        )
     return grid

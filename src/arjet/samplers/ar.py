@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 class AR:
     name: ClassVar[str] = "ar"
 
-    def run(self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace) -> None:
+    def run(
+        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    ) -> None:
         batch = session.batch_size
         previous = torch.zeros(batch, 1, dtype=torch.long, device=session.device)
         for cell in range(session.num_cells):

@@ -114,5 +114,7 @@ class Sampler(Protocol):
 
     name: ClassVar[str]
 
-    def run(self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace) -> None:
+    def run(
+        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    ) -> None:
         """Decode every cell of every image, recording each commit in `trace`."""

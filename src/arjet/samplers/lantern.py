@@ -42,9 +42,13 @@ class Lantern:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"lantern k (neighbours per code) must be an integer >= 1, got {self.k!r}")
         if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not self.delta >= 0:
-            raise ValueError(f"lantern delta (total-variation bound) must be a number >= 0, got {self.delta!r}")
+            raise ValueError(
+                f"lantern delta (total-variation bound) must be a number >= 0, got {self.delta!r}"
+            )
         if self.lam is not None and (not isinstance(self.lam, (int, float)) or not self.lam >= 1):
-            raise ValueError(f"lantern lam must be a number >= 1 (LANTERN++'s p'(x) <= lam * p(x)), got {self.lam!r}")
+            raise ValueError(
+                f"lantern lam must be a number >= 1 (LANTERN++'s p'(x) <= lam * p(x)), got {self.lam!r}"
+            )
         if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
             raise ValueError(f"lantern top must be an integer >= 1, got {self.top!r}")
 
@@ -76,14 +80,22 @@ def neighbour_table(codebook: torch.Tensor, k: int, chunk: int = 1024) -> torch.
     k = min(k, codebook.shape[0] - 1)
     if k < 1:
         raise ValueError(f"a codebook of {codebook.shape[0]} code(s) has no neighbours")
-    key = (tuple(codebook.shape), k, float(codebook.sum()), float(codebook.square().sum()), float(codebook[0].sum()))
+    key = (
+        tuple(codebook.shape),
+        k,
+        float(codebook.sum()),
+        float(codebook.square().sum()),
+        float(codebook[0].sum()),
+    )
     if key in _TABLES:
         _TABLES.move_to_end(key)
         return _TABLES[key]
     rows = []
     for start in range(0, codebook.shape[0], chunk):
         distances = torch.cdist(codebook[start : start + chunk], codebook)
-        distances[torch.arange(distances.shape[0]), torch.arange(start, start + distances.shape[0])] = float("inf")
+        distances[torch.arange(distances.shape[0]), torch.arange(start, start + distances.shape[0])] = float(
+            "inf"
+        )
         rows.append(distances.topk(k, largest=False).indices)
     table = torch.cat(rows)
     _TABLES[key] = table

@@ -21,7 +21,9 @@ class ImageRandom:
     ):
         if isinstance(generator, Sequence):
             if len(generator) != batch_size:
-                raise ValueError(f"got {len(generator)} generators for {batch_size} images; pass one per image")
+                raise ValueError(
+                    f"got {len(generator)} generators for {batch_size} images; pass one per image"
+                )
             self.generators: list[torch.Generator | None] = list(generator)
             self.per_image = True
         else:

@@ -47,5 +47,7 @@ class SJD:
     def config(self) -> WindowConfig:
         return WindowConfig(self.window, self.init, self.coupling, self.acceptance)
 
-    def run(self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace) -> None:
+    def run(
+        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    ) -> None:
         run_windows(session, policy, rng, trace, Lanes.whole_image(session.num_cells), self.config())

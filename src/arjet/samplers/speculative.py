@@ -56,7 +56,11 @@ def residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def couple(
-    p: torch.Tensor, previous: torch.Tensor, previous_q: torch.Tensor, u_keep: torch.Tensor, u_draw: torch.Tensor
+    p: torch.Tensor,
+    previous: torch.Tensor,
+    previous_q: torch.Tensor,
+    u_keep: torch.Tensor,
+    u_draw: torch.Tensor,
 ) -> torch.Tensor:
     """A new draft `~ p` maximally coupled with `previous ~ previous_q`: keep `previous` with probability
     `min(1, p(x) / q(x))`, else draw from `norm(max(0, p - q))` (MC-SJD). Its marginal is exactly `p`."""

@@ -70,7 +70,9 @@ class _State:
         slots = max(window - 1, 1)
         self.drafts = torch.zeros(batch, count, slots, dtype=torch.long, device=device)
         self.proposals = torch.zeros(batch, count, slots, session.vocab_size, device=device)
-        self.fed = torch.zeros(batch, session.num_cells + 1, dtype=torch.bool, device=device)  # code in the cache
+        self.fed = torch.zeros(
+            batch, session.num_cells + 1, dtype=torch.bool, device=device
+        )  # code in the cache
         self.top1 = torch.full((batch, session.num_cells + 1), -1, dtype=torch.long, device=device)
 
 
@@ -98,15 +100,22 @@ def run_windows(
         previous = (state.n - 1).clamp(min=0)
         previous_code = trace.codes.gather(1, previous)
         placeholder = active & (state.n > 0) & (previous_code < 0)
-        last = torch.where(placeholder, _latest_code_above(trace.codes, state, session.grid[1]), previous_code)
+        last = torch.where(
+            placeholder, _latest_code_above(trace.codes, state, session.grid[1]), previous_code
+        )
         flush = _needs_flush(state) & ~trace.done[:, None]
         window_cells = state.n[..., None] + positions
         query_cells = torch.cat(
-            [torch.where(positions < length[..., None], window_cells, -1), torch.where(flush, state.ends, -1)[..., None]],
+            [
+                torch.where(positions < length[..., None], window_cells, -1),
+                torch.where(flush, state.ends, -1)[..., None],
+            ],
             -1,
         )
         flush_code = trace.codes.gather(1, (state.ends - 1).expand_as(state.n)).clamp(min=0)
-        inputs = torch.cat([last.clamp(min=0)[..., None], state.drafts[..., :draft_slots], flush_code[..., None]], -1)
+        inputs = torch.cat(
+            [last.clamp(min=0)[..., None], state.drafts[..., :draft_slots], flush_code[..., None]], -1
+        )
         ephemeral = torch.zeros_like(query_cells, dtype=torch.bool)
         ephemeral[..., 0] = placeholder
         group = (lane_ids + 1)[..., None].expand_as(query_cells).clone()
@@ -126,7 +135,9 @@ def run_windows(
             q = state.proposals[..., :draft_slots, :]
             target = config.acceptance.target(p[..., :draft_slots, :], q, session)
             usable = positions[:draft_slots] < usable_drafts[..., None]
-            accepted = accept_prefix(target, q, state.drafts[..., :draft_slots], u_accept[..., :draft_slots], usable)
+            accepted = accept_prefix(
+                target, q, state.drafts[..., :draft_slots], u_accept[..., :draft_slots], usable
+            )
         else:
             accepted = torch.zeros_like(state.n)
         needs_token = accepted < length
@@ -135,14 +146,22 @@ def run_windows(
         if draft_slots:
             rejected = accepted < usable_drafts
             at_draft = at.clamp(max=draft_slots - 1)
-            dist = torch.where(rejected[..., None], residual(_take(target, at_draft), _take(q, at_draft)), dist)
+            dist = torch.where(
+                rejected[..., None], residual(_take(target, at_draft), _take(q, at_draft)), dist
+            )
         token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
 
         # 3. commit the accepted drafts and the new token, and keep the inputs that fed them
         drafted = torch.cat([state.drafts[..., :draft_slots], torch.zeros_like(state.n)[..., None]], -1)
         new_codes = torch.where(positions == accepted[..., None], token[..., None], drafted)
-        committed = in_window & (positions <= accepted[..., None]) & ((positions < accepted[..., None]) | needs_token[..., None])
-        keep = torch.cat([in_window & (positions <= accepted[..., None]) & ~ephemeral[..., :window], flush[..., None]], -1)
+        committed = (
+            in_window
+            & (positions <= accepted[..., None])
+            & ((positions < accepted[..., None]) | needs_token[..., None])
+        )
+        keep = torch.cat(
+            [in_window & (positions <= accepted[..., None]) & ~ephemeral[..., :window], flush[..., None]], -1
+        )
         session.commit(keep.flatten(1))
         _scatter_where(state.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
         trace.commit(torch.where(committed, window_cells, -1).flatten(1), new_codes.flatten(1))
@@ -182,7 +201,12 @@ def _start_lanes(state: _State, lag: int, config: WindowConfig, trace: DecodeTra
 
 
 def _fill_drafts(
-    state: _State, first: torch.Tensor, lanes: torch.Tensor, config: WindowConfig, trace: DecodeTrace, rng: ImageRandom
+    state: _State,
+    first: torch.Tensor,
+    lanes: torch.Tensor,
+    config: WindowConfig,
+    trace: DecodeTrace,
+    rng: ImageRandom,
 ) -> None:
     """Initial guesses for draft slots `>= first` of the selected lanes (point-mass proposals)."""
     batch, count, slots = state.drafts.shape
@@ -205,7 +229,9 @@ def _fill_drafts(
             u[..., j].flatten(),
         ).view(batch, count)
         state.drafts[..., j] = torch.where(fresh, guess, state.drafts[..., j])
-        state.proposals[..., j, :] = torch.where(fresh[..., None], one_hot(guess, vocab), state.proposals[..., j, :])
+        state.proposals[..., j, :] = torch.where(
+            fresh[..., None], one_hot(guess, vocab), state.proposals[..., j, :]
+        )
         _scatter_where(board, cell, guess, fresh)
 
 
@@ -232,11 +258,15 @@ def _latest_code_above(codes: torch.Tensor, state: _State, width: int) -> torch.
 
 def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """`values[b, r, index[b, r]]` for values `[B, R, L, ...]`."""
-    expanded = index.view(*index.shape, 1, *([1] * (values.dim() - 3))).expand(*index.shape, 1, *values.shape[3:])
+    expanded = index.view(*index.shape, 1, *([1] * (values.dim() - 3))).expand(
+        *index.shape, 1, *values.shape[3:]
+    )
     return values.gather(2, expanded).squeeze(2)
 
 
-def _scatter_where(target: torch.Tensor, cells: torch.Tensor, values: torch.Tensor, where: torch.Tensor) -> None:
+def _scatter_where(
+    target: torch.Tensor, cells: torch.Tensor, values: torch.Tensor, where: torch.Tensor
+) -> None:
     """`target[b, cells] = values` where `where`; other entries go to the last column, kept as scratch."""
     scratch = target.shape[1] - 1
     target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))

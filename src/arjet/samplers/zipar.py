@@ -44,7 +44,11 @@ class ZipAR:
     def lag(self, width: int) -> int:
         return self.w if self.w is not None else max(1, width // 2)
 
-    def run(self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace) -> None:
-        config = self.verify.config() if self.verify is not None else WindowConfig(1, "random", False, Exact())
+    def run(
+        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    ) -> None:
+        config = (
+            self.verify.config() if self.verify is not None else WindowConfig(1, "random", False, Exact())
+        )
         lanes = Lanes.rows(session.grid, self.lag(session.grid[1]))
         run_windows(session, policy, rng, trace, lanes, config)

@@ -175,7 +175,11 @@ class DecodingSession:
         return self._guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
 
     def _pack(
-        self, cells: torch.Tensor, codes: torch.Tensor, ephemeral: torch.Tensor | None, group: torch.Tensor | None
+        self,
+        cells: torch.Tensor,
+        codes: torch.Tensor,
+        ephemeral: torch.Tensor | None,
+        group: torch.Tensor | None,
     ) -> dict[str, torch.Tensor] | None:
         """Lay the inputs of every query side by side per image: the code, then any row-end tokens."""
         layout = self.layout

@@ -21,4 +21,6 @@ def check_pixels(pixels: torch.Tensor, downsample: int) -> None:
         raise ValueError(f"pixels must be a float tensor [B, 3, h, w] in [-1, 1], got {shape}")
     height, width = pixels.shape[-2:]
     if height % downsample or width % downsample:
-        raise ValueError(f"image size {height}x{width} must be divisible by the tokenizer's factor {downsample}")
+        raise ValueError(
+            f"image size {height}x{width} must be divisible by the tokenizer's factor {downsample}"
+        )

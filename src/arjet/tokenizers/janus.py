@@ -43,5 +43,7 @@ class JanusVQTokenizer:
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         check_codes(codes, self.vocab_size)
         if tuple(codes.shape[1:]) != self.grid:
-            raise ValueError(f"this Janus VQ decodes a {self.grid} grid only, got codes of shape {tuple(codes.shape)}")
+            raise ValueError(
+                f"this Janus VQ decodes a {self.grid} grid only, got codes of shape {tuple(codes.shape)}"
+            )
         return self.vqmodel.decode(codes.flatten(1).to(self.vqmodel.device)).clamp(-1, 1)

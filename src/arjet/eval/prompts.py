@@ -1,0 +1,152 @@
+"""Prompt sets by name (`parti`, `geneval`, `drawbench`, `coco5k`, `coco30k`, `dpg`, `shapes`) or from a file.
+
+The public sets are not shipped with arjet (their licences differ); point `ARJET_PROMPTS_DIR` (or the
+`data_dir` argument) at a folder laid out like the one below, and a missing file gives an error that
+names exactly what to put where. `shapes` is the built-in domain's fixed held-out set and needs no files.
+Files: `.txt` (one prompt per line), `.tsv` / `.csv` (a `Prompt` / `prompt` / `caption` column), `.jsonl`
+(a `prompt` / `caption` / `text` field per line).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+PROMPTS_DIR_VARIABLE = "ARJET_PROMPTS_DIR"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    name: str
+    relative_path: str
+    description: str
+    source: str
+
+
+PROMPT_SETS: dict[str, PromptSet] = {
+    s.name: s
+    for s in (
+        PromptSet(
+            "parti", "partiprompts/PartiPrompts.tsv", "PartiPrompts, 1,632 prompts", "google-research/parti"
+        ),
+        PromptSet(
+            "geneval", "geneval/evaluation_metadata.jsonl", "GenEval, 553 prompts", "djghosh13/geneval"
+        ),
+        PromptSet(
+            "drawbench",
+            "drawbench/drawbench_imagen_categories.csv",
+            "DrawBench, 200 prompts",
+            "Imagen (Google)",
+        ),
+        PromptSet(
+            "coco5k",
+            "coco_captions/mlperf_inference_coco5k/captions_source.tsv",
+            "COCO-2014 val, 5,000 images, one caption each",
+            "mlcommons/inference text_to_image/coco2014/captions",
+        ),
+        PromptSet(
+            "coco30k",
+            "coco_captions/llamagen_coco30k/coco_captions.csv",
+            "COCO-2014 val, 30,000 captions (GigaGAN / LlamaGen protocol)",
+            "FoundationVision/LlamaGen evaluations/t2i",
+        ),
+        PromptSet(
+            "dpg",
+            "dpg_bench/dpg_prompts_derived.jsonl",
+            "DPG-Bench, 1,065 dense prompts",
+            "TencentQQGYLab/ELLA",
+        ),
+    )
+}
+BUILTIN_SETS = ("shapes",)
+
+
+def available_prompt_sets() -> list[str]:
+    return sorted([*PROMPT_SETS, *BUILTIN_SETS])
+
+
+def prompts_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
+    chosen = data_dir if data_dir is not None else os.environ.get(PROMPTS_DIR_VARIABLE)
+    return Path(chosen).expanduser() if chosen else None
+
+
+def load_prompts(
+    name_or_file: str, n: int | None = None, data_dir: str | os.PathLike | None = None
+) -> list[str]:
+    """The first `n` prompts (all when None) of a named set or a prompt file. Asking for more prompts than
+    the set holds warns and returns them all."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer or None, got {n!r}")
+    if name_or_file in BUILTIN_SETS:
+        from ..data import heldout_set
+
+        prompts = [item["prompt"] for item in heldout_set()]
+    elif name_or_file in PROMPT_SETS:
+        prompts = read_prompt_file(_named_file(PROMPT_SETS[name_or_file], data_dir))
+    elif Path(name_or_file).expanduser().is_file():
+        prompts = read_prompt_file(Path(name_or_file).expanduser())
+    else:
+        raise ValueError(
+            f"unknown prompt set {name_or_file!r} (and no such file); use one of {', '.join(available_prompt_sets())} "
+            "or the path of a .txt / .tsv / .csv / .jsonl file"
+        )
+    if not prompts:
+        raise ValueError(f"prompt set {name_or_file!r} holds no prompts")
+    if n is not None and n > len(prompts):
+        warnings.warn(
+            f"asked for {n} prompts but {name_or_file!r} has {len(prompts)}; using all of them", stacklevel=2
+        )
+    return prompts[:n] if n is not None else prompts
+
+
+def _named_file(prompt_set: PromptSet, data_dir: str | os.PathLike | None) -> Path:
+    root = prompts_dir(data_dir)
+    if root is None:
+        raise FileNotFoundError(
+            f"prompt set {prompt_set.name!r} ({prompt_set.description}, from {prompt_set.source}) is not shipped "
+            f"with arjet: set {PROMPTS_DIR_VARIABLE}=/path/to/prompts (or pass data_dir) where "
+            f"{prompt_set.relative_path} exists"
+        )
+    path = root / prompt_set.relative_path
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"prompt set {prompt_set.name!r} expects the file {path} ({prompt_set.description}, from "
+            f"{prompt_set.source}); put it there or point {PROMPTS_DIR_VARIABLE} at the folder that holds "
+            f"{prompt_set.relative_path}"
+        )
+    return path
+
+
+_COLUMNS = ("Prompt", "prompt", "caption", "Caption", "text")
+
+
+def read_prompt_file(path: Path) -> list[str]:
+    """Prompts from a .txt, .tsv, .csv or .jsonl file (see the module docstring for the layouts)."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return [
+            _field(json.loads(line), path)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+    if suffix in (".tsv", ".csv"):
+        text = path.read_text(encoding="utf-8-sig")
+        header = text.split("\n", 1)[0]
+        # LlamaGen's coco_captions.csv is one unquoted caption per line under a `Prompt` header
+        delimiter = "\t" if suffix == ".tsv" or "\t" in header or header.strip() in _COLUMNS else ","
+        rows = csv.DictReader(text.splitlines(), delimiter=delimiter)
+        return [_field(row, path).strip() for row in rows]
+    if suffix == ".txt":
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    raise ValueError(f"unsupported prompt file {path}: use .txt, .tsv, .csv or .jsonl")
+
+
+def _field(record: dict, path: Path) -> str:
+    for column in _COLUMNS:
+        if record.get(column):
+            return str(record[column])
+    raise ValueError(f"{path}: a record has none of the fields {_COLUMNS}: {str(record)[:120]}")

@@ -1,0 +1,57 @@
+import pytest
+import torch
+
+from arjet import samplers
+from arjet.samplers import SJD
+from arjet.testing import tiny_pipeline
+
+
+@pytest.mark.parametrize("window", [0, -2, 1.5, True])
+def test_bad_window_is_rejected(window):
+    with pytest.raises(ValueError, match="window must be an integer >= 1"):
+        SJD(window=window)
+
+
+def test_unknown_init_scheme_lists_the_choices():
+    with pytest.raises(
+        ValueError, match="unknown draft init scheme 'diagonal'; choose one of random, repeat_horizontal"
+    ):
+        SJD(init="diagonal")
+
+
+def test_registry_names_and_arguments():
+    assert {"ar", "sjd", "mc-sjd", "lantern", "zipar", "zipar+sjd", "zipar+lantern"} <= set(
+        samplers.available()
+    )
+    sampler = samplers.get("sjd:window=8,init=repeat_vertical,coupling=true")
+    assert (sampler.window, sampler.init, sampler.coupling) == (8, "repeat_vertical", True)
+    assert samplers.get("zipar+lantern:w=3,delta=0.2").verify.acceptance.delta == 0.2
+    with pytest.raises(ValueError, match="bad arguments for sampler 'sjd'"):
+        samplers.get("sjd:nope=1")
+    with pytest.raises(ValueError, match="key=value"):
+        samplers.get("sjd:window")
+
+
+def test_each_image_commits_its_own_number_of_tokens(family):
+    grid = (4, 4) if family == "janus" else (3, 4)
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
+    out = pipe(["a red circle", "green star on a blue background"] * 3, sampler=SJD(window=5), seed=0)
+    passes = [s.forward_passes for s in out.stats]
+    traces = [s.accepted_per_step for s in out.stats]
+    assert len(set(map(tuple, traces))) > 1  # ragged: no min over the batch
+    for stat in out.stats:
+        assert sum(stat.accepted_per_step) == stat.tokens == grid[0] * grid[1]
+        # one entry per decoding step; the prefill is a forward of its own before the first window
+        assert len(stat.accepted_per_step) == stat.forward_passes - 1
+        assert stat.commit_step.max() == stat.forward_passes
+    # a batch member decodes exactly as it would alone
+    alone = pipe("green star on a blue background", sampler=SJD(window=5), seed=3)
+    assert torch.equal(alone.codes[0], out.codes[3]) and alone.stats[0].forward_passes == passes[3]
+
+
+def test_greedy_sjd_reproduces_greedy_ar(family):
+    grid = (4, 4) if family == "janus" else (3, 4)
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
+    ar = pipe(["a red circle", "green star"], temperature=0).codes
+    for sampler in (SJD(window=4), SJD(window=6, init="sample_vertical", coupling=True)):
+        assert torch.equal(pipe(["a red circle", "green star"], sampler=sampler, temperature=0).codes, ar)
