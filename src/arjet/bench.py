@@ -1,0 +1,210 @@
+"""Side-by-side speed of samplers: same model, prompts and seeds, one process, ratios against `ar`.
+
+Step compression (AR forward passes / sampler forward passes) is hardware-free; latency speedup is
+measured in the same run, so both columns compare like with like. Each sampler runs once untimed first
+(warm-up), then the images are generated one at a time, samplers interleaved per prompt so that drift
+in machine load hits every sampler alike.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from . import samplers as sampler_registry
+
+
+@dataclass
+class SamplerSummary:
+    sampler: str
+    images: int
+    forward_passes: float
+    tokens: float
+    seconds: float
+    accepted_per_step: float
+    peak_memory_mb: float | None
+    step_compression: float | None = None
+    latency_speedup: float | None = None
+
+
+@dataclass
+class BenchResult:
+    summaries: list[SamplerSummary]
+    records: list[dict[str, Any]]
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "samplers": [asdict(s) for s in self.summaries],
+            "images": self.records,
+        }
+
+    def table(self) -> str:
+        """A markdown table, one row per sampler."""
+        header = (
+            "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
+            "| peak memory (MB) |"
+        )
+        lines = [header, "|---|---:|---:|---:|---:|---:|---:|"]
+        for s in self.summaries:
+            lines.append(
+                f"| {s.sampler} | {s.forward_passes:.1f} | {_ratio(s.step_compression)} | {s.seconds:.3f} | "
+                f"{_ratio(s.latency_speedup)} | {s.accepted_per_step:.2f} | "
+                f"{'n/a' if s.peak_memory_mb is None else f'{s.peak_memory_mb:.0f}'} |"
+            )
+        return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def run_bench(
+    pipe,
+    sampler_specs: Sequence[str],
+    prompts: Sequence[str],
+    seed: int = 0,
+    warmup: bool = True,
+    progress: bool = True,
+    **call_kwargs: Any,
+) -> BenchResult:
+    """Generate every prompt with every sampler (image `i` with seed `seed + i`) and summarise."""
+    specs = list(dict.fromkeys(sampler_specs))
+    instances = {spec: sampler_registry.get(spec) for spec in specs}  # validates every spec up front
+    if not prompts:
+        raise ValueError("bench needs at least one prompt")
+    pipe.set_progress_bar_config(disable=True)
+    device = pipe._execution_device
+    if warmup:
+        for spec in specs:
+            pipe(prompts[0], sampler=instances[spec], seed=seed, output_type="latent", **call_kwargs)
+    records: list[dict[str, Any]] = []
+    peaks: dict[str, float | None] = {spec: None for spec in specs}
+    iterator = list(enumerate(prompts))
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(iterator, desc="bench", unit="prompt")
+    for index, prompt in iterator:
+        for spec in specs:
+            with PeakMemory(device) as memory:
+                start = time.perf_counter()
+                out = pipe(prompt, sampler=instances[spec], seed=seed + index, output_type="latent", **call_kwargs)
+                _synchronize(device)
+                seconds = time.perf_counter() - start
+            if memory.peak_mb is not None:
+                peaks[spec] = max(peaks[spec] or 0.0, memory.peak_mb)
+            stat = out.stats[0]
+            records.append(
+                {
+                    "sampler": spec,
+                    "index": index,
+                    "seed": seed + index,
+                    "prompt": prompt,
+                    "forward_passes": stat.forward_passes,
+                    "tokens": stat.tokens,
+                    "seconds": seconds,
+                    "mean_accepted": statistics.fmean(stat.accepted_per_step),
+                }
+            )
+    return BenchResult(_summarise(specs, records, peaks), records, environment(pipe, call_kwargs))
+
+
+def _summarise(
+    specs: list[str], records: list[dict[str, Any]], peaks: dict[str, float | None]
+) -> list[SamplerSummary]:
+    summaries = []
+    for spec in specs:
+        rows = [r for r in records if r["sampler"] == spec]
+        summaries.append(
+            SamplerSummary(
+                sampler=spec,
+                images=len(rows),
+                forward_passes=statistics.fmean(r["forward_passes"] for r in rows),
+                tokens=statistics.fmean(r["tokens"] for r in rows),
+                seconds=statistics.fmean(r["seconds"] for r in rows),
+                accepted_per_step=statistics.fmean(r["mean_accepted"] for r in rows),
+                peak_memory_mb=peaks[spec],
+            )
+        )
+    baseline = next((s for s in summaries if s.sampler == "ar"), None)
+    if baseline is not None:
+        for s in summaries:
+            s.step_compression = baseline.forward_passes / s.forward_passes
+            s.latency_speedup = baseline.seconds / s.seconds
+    return summaries
+
+
+def environment(pipe, call_kwargs: dict[str, Any]) -> dict[str, Any]:
+    device = pipe._execution_device
+    info = {
+        "pipeline": type(pipe).__name__,
+        "device": str(device),
+        "dtype": str(pipe.dtype),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "call": {k: v for k, v in call_kwargs.items() if v is not None},
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PeakMemory:
+    """Peak memory of a block in MB: allocated CUDA memory on a GPU; on CPU, the peak resident set size
+    above its level at the start, sampled every few milliseconds (Linux only, else None)."""
+
+    def __init__(self, device: torch.device, interval: float = 0.002):
+        self.device = device
+        self.interval = interval
+        self.peak_mb: float | None = None
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        elif _rss_bytes() is not None:
+            self._base = self._peak = _rss_bytes()
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self._peak = max(self._peak, _rss_bytes() or 0)
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
+        elif hasattr(self, "_thread"):
+            self._stop.set()
+            self._thread.join()
+            self._peak = max(self._peak, _rss_bytes() or 0)
+            self.peak_mb = (self._peak - self._base) / 2**20
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
