@@ -109,25 +109,11 @@ def _scale_(weight: torch.nn.Parameter, scale: float) -> None:
 def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
     from transformers import JanusConfig, JanusForConditionalGeneration
 
-    from .pipelines.janus import JanusPipeline
+    from .pipelines.janus import JanusPipeline, build_janus_tokenizer
 
     if grid[0] != grid[1]:
         raise ValueError(f"Janus decodes square grids only, got {grid}")
-    tokenizer = build_word_tokenizer(
-        WORDS,
-        [
-            "<｜begin▁of▁sentence｜>",
-            "<｜end▁of▁sentence｜>",
-            "<｜▁pad▁｜>",
-            "<|User|>",
-            "<|Assistant|>",
-            "<begin_of_image>",
-            "<end_of_image>",
-        ],
-        bos_token="<｜begin▁of▁sentence｜>",
-        eos_token="<｜end▁of▁sentence｜>",
-        pad_token="<｜▁pad▁｜>",
-    )
+    tokenizer = build_janus_tokenizer(WORDS)
     side = grid[0]
     config = JanusConfig(
         text_config=dict(

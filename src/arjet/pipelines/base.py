@@ -47,6 +47,7 @@ class BaseARPipeline(DiffusionPipeline):
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
+    _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
@@ -174,6 +175,7 @@ class BaseARPipeline(DiffusionPipeline):
             prefix,
             guidance_scale if guided else None,
             codebook=self.image_tokenizer.codebook(),
+            noise=getattr(self, "noise_conditioning", None),
         )
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = _StepHook(self, progress, callback_on_step_end, tensor_inputs)

@@ -13,6 +13,7 @@ import torch
 from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
+from ..session.noise import NoiseConditioning
 from ..tokenizers.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
 from .prompts import left_pad_rows
@@ -58,9 +59,10 @@ class Emu3Pipeline(BaseARPipeline):
         default_negative_prompt: str = EMU3_NEGATIVE_PROMPT,
         default_height: int | None = None,
         default_width: int | None = None,
+        noise_conditioning: NoiseConditioning | None = None,
     ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer)
+        self.register_modules(model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning)
         self.register_to_config(
             image_area=image_area,
             prompt_suffix=prompt_suffix,

@@ -14,9 +14,20 @@ import torch
 from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
+from ..session.noise import NoiseConditioning
+from ..text_tokenizer import build_word_tokenizer
 from ..tokenizers.janus import JanusVQTokenizer
 from .base import BaseARPipeline
 from .prompts import left_pad_rows
+
+BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
+JANUS_SPECIAL_TOKENS = (BOS, EOS, PAD, "<|User|>", "<|Assistant|>", "<begin_of_image>", "<end_of_image>")
+
+
+def build_janus_tokenizer(words) -> PreTrainedTokenizerBase:
+    """A word-level tokenizer with DeepSeek's special tokens, for small Janus models with a closed vocabulary
+    (arjet's built-in model and the tiny test models)."""
+    return build_word_tokenizer(words, JANUS_SPECIAL_TOKENS, bos_token=BOS, eos_token=EOS, pad_token=PAD)
 
 
 class JanusAdapter:
@@ -56,9 +67,14 @@ class JanusPipeline(BaseARPipeline):
     prompt_template: ClassVar[str] = "<|User|>: {prompt}\n\n<|Assistant|>:"
     image_start_token: ClassVar[str] = "<begin_of_image>"
 
-    def __init__(self, model: JanusForConditionalGeneration, tokenizer: PreTrainedTokenizerBase):
+    def __init__(
+        self,
+        model: JanusForConditionalGeneration,
+        tokenizer: PreTrainedTokenizerBase,
+        noise_conditioning: NoiseConditioning | None = None,
+    ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer)
+        self.register_modules(model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning)
 
     # -- hooks --------------------------------------------------------------------------------------
     @property

@@ -20,6 +20,7 @@ from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerB
 from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
 from ..session import ImageLayout, Prefix
+from ..session.noise import NoiseConditioning
 
 try:  # TEMP until the VQGAN module lands
     from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
@@ -61,9 +62,10 @@ class LuminaMGPTPipeline(BaseARPipeline):
         resolution: int = 768,
         default_height: int | None = None,
         default_width: int | None = None,
+        noise_conditioning: NoiseConditioning | None = None,
     ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer, vqgan=vqgan)
+        self.register_modules(model=model, tokenizer=tokenizer, vqgan=vqgan, noise_conditioning=noise_conditioning)
         self.register_to_config(
             resolution=resolution, default_height=default_height, default_width=default_width
         )

@@ -17,6 +17,7 @@ from .lantern import Lantern
 from .policy import LogitsPolicy, LogitsProcessor, Temperature, TopK, TopP
 from .random import ImageRandom, sample
 from .sjd import SJD
+from .sjd2 import SJD2
 from .speculative import AcceptanceRule, Exact
 from .zipar import ZipAR
 
@@ -86,6 +87,7 @@ def _zipar_lantern(w: int | None = None, **lantern: Any) -> ZipAR:
 
 register("ar", AR)
 register("sjd", SJD)
+register("sjd2", SJD2)
 register("mc-sjd", lambda **kwargs: SJD(coupling=True, **kwargs))
 register("lantern", _lantern)
 register("zipar", ZipAR)
@@ -96,6 +98,7 @@ __all__ = [
     "AR",
     "INIT_SCHEMES",
     "SJD",
+    "SJD2",
     "AcceptanceRule",
     "DecodeStats",
     "DecodeTrace",

@@ -39,6 +39,18 @@ class ImageRandom:
             return torch.stack(draws).to(self.device)
         return self._rand(self.generators[0], (self.batch_size, *shape)).to(self.device)
 
+    def normal(self, *shape: int) -> torch.Tensor:
+        """Standard normal draws of shape `[B, *shape]` (float32), image `i` from its own stream."""
+        if self.per_image:
+            draws = [self._randn(g, shape) for g in self.generators]
+            return torch.stack(draws).to(self.device)
+        return self._randn(self.generators[0], (self.batch_size, *shape)).to(self.device)
+
+    @staticmethod
+    def _randn(generator: torch.Generator | None, shape: tuple[int, ...]) -> torch.Tensor:
+        device = generator.device if generator is not None else "cpu"
+        return torch.randn(shape, generator=generator, device=device)
+
     @staticmethod
     def _rand(generator: torch.Generator | None, shape: tuple[int, ...]) -> torch.Tensor:
         device = generator.device if generator is not None else "cpu"

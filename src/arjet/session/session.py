@@ -24,6 +24,7 @@ import torch
 from .adapter import ModelAdapter
 from .cache import SlotCache
 from .layout import ImageLayout, Prefix
+from .noise import NoiseConditioning
 
 
 class DecodingSession:
@@ -34,9 +35,12 @@ class DecodingSession:
         prefix: Prefix,
         guidance_scale: float | None = None,
         codebook: torch.Tensor | None = None,
+        noise: NoiseConditioning | None = None,
     ):
         self.adapter = adapter
         self.codebook = codebook  # [V, d] VQ code vectors, for rules that compare codes (LANTERN)
+        self.noise = noise  # present when the model was fine-tuned for noisy code embeddings (SJD2)
+        self._code_table: torch.Tensor | None = None
         self.layout = layout
         self.prefix = prefix
         self.guided = guidance_scale is not None
@@ -81,11 +85,14 @@ class DecodingSession:
         codes: torch.Tensor,
         ephemeral: torch.Tensor | None = None,
         group: torch.Tensor | None = None,
+        embeddings: torch.Tensor | None = None,
+        embedded: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Guided next-code logits `[B, n, V]` (float32) for cells `[B, n]`; `-1` marks an unused query.
 
         `ephemeral [B, n]` bool marks placeholder queries; `group [B, n]` (ints >= 0, default 0): a query sees
-        this call's inputs of group 0 and of its own group."""
+        this call's inputs of group 0 and of its own group. Where `embedded [B, n]` is True the query feeds
+        `embeddings [B, n, d]` (e.g. a noisy embedding, see `noise`) instead of the code's embedding."""
         cells = cells.to(self.device)
         codes = codes.to(self.device)
         if cells.shape != codes.shape or cells.dim() != 2 or cells.shape[0] != self._batch:
@@ -96,6 +103,8 @@ class DecodingSession:
         batch, n = cells.shape
         out = torch.zeros(batch, n, self.vocab_size, device=self.device)
         out = torch.where((cells == 0)[..., None], self._first_logits[:, None, :], out)
+        if (embeddings is None) != (embedded is None):
+            raise ValueError("pass embeddings and embedded together")
         packed = self._pack(cells, codes, ephemeral, group)
         if packed is None:
             self._last = None
@@ -103,7 +112,7 @@ class DecodingSession:
 
         rows = self._both_halves
         slots, qstart, groups = rows(packed["slots"]), rows(packed["qstart"]), rows(packed["group"])
-        embeds = rows(self._embed_inputs(packed))
+        embeds = rows(self._embed_inputs(packed, embeddings, embedded))
         # which group's queries may see each slot written by this call (-1: none but its own query)
         shared = packed["real"] & ~packed["ephemeral"]
         slot_group = torch.full_like(self.filled, -1, dtype=torch.long)
@@ -241,8 +250,24 @@ class DecodingSession:
         packed["ends"] = ends
         return packed
 
-    def _embed_inputs(self, packed: dict[str, torch.Tensor]) -> torch.Tensor:
+    def code_embeddings(self) -> torch.Tensor:
+        """`[V, d]`: the input embedding of every code (what a clean draft feeds)."""
+        if self._code_table is None:
+            codes = torch.arange(self.vocab_size, device=self.device)[None]
+            with torch.inference_mode():
+                self._code_table = self.adapter.embed_codes(codes)[0].float()
+        return self._code_table
+
+    def _embed_inputs(
+        self, packed: dict[str, torch.Tensor], embeddings: torch.Tensor | None, embedded: torch.Tensor | None
+    ) -> torch.Tensor:
         embeds = self.adapter.embed_codes(packed["code"])
+        if embeddings is not None:
+            given = embeddings.to(embeds.dtype).gather(
+                1, packed["query"][..., None].expand(-1, -1, embeddings.shape[-1])
+            )
+            use = (embedded.to(self.device).gather(1, packed["query"]) & packed["is_code"])[..., None]
+            embeds = torch.where(use, given, embeds)
         if self.layout.row_end_ids:
             tokens = self.adapter.embed_tokens(packed["token"])
             embeds = torch.where(packed["is_code"][..., None], embeds, tokens)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs arjet with everything its test suite, evaluation, demo and training need:
+# the Python package (editable) with all extras, and Debian's Chromium for the demo's browser test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --upgrade pip >/dev/null
+python3 -m pip install -e ".[all]"
+if [ -f .ci/install-browser.sh ]; then
+    bash .ci/install-browser.sh
+fi

@@ -1,0 +1,290 @@
+"""`arjet train ar`: the built-in text-to-image model, a small `JanusForConditionalGeneration`.
+
+The images of the procedural shapes domain are encoded once with the trained VQ tokenizer (cached), and
+the model learns next-code prediction after the prompt, laid out exactly as `JanusPipeline` lays it out
+at inference (`encode_prompts`): the same template, tokenizer and CFG rows. A share of the prompts is
+replaced by the unconditional row (condition dropout) so classifier-free guidance works. Each epoch draws
+a fresh phrasing of every scene's prompt. bf16 autocast on CPU, AdamW with warm-up and cosine decay, a
+wall-clock budget, periodic held-out loss and a saved pipeline folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
+
+from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
+from ..session import Prefix
+from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .sequence import code_loss, teacher_forced_logits
+
+
+@dataclass
+class ARTrainConfig:
+    vq: str = "artifacts/vq"
+    out: str = "artifacts/ar"
+    seed: int = 0
+    train_images: int = 120_000
+    heldout_images: int = 1_000
+    hidden_size: int = 256
+    layers: int = 6
+    heads: int = 8
+    kv_heads: int = 4
+    intermediate_size: int = 688
+    batch_size: int = 64
+    lr: float = 1.5e-3
+    min_lr: float = 1e-4
+    weight_decay: float = 0.05
+    warmup_steps: int = 300
+    max_steps: int = 100_000
+    max_minutes: float = 180.0
+    condition_dropout: float = 0.1
+    bf16: bool = True
+    threads: int = 2
+    eval_every: int = 500
+    words: list[str] = field(default_factory=list)
+
+
+def build_model(
+    config: ARTrainConfig, vq: JanusVQVAE, vocab_size: int, pad_id: int
+) -> JanusForConditionalGeneration:
+    vq_config = vq.config.to_dict()
+    vq_config.update(projection_dim=config.hidden_size, image_token_embed_dim=config.hidden_size)
+    side = vq.config.num_patches
+    janus_config = JanusConfig(
+        text_config=dict(
+            model_type="llama",
+            vocab_size=vocab_size,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            num_hidden_layers=config.layers,
+            num_attention_heads=config.heads,
+            num_key_value_heads=config.kv_heads,
+            max_position_embeddings=512,
+            pad_token_id=pad_id,
+            tie_word_embeddings=False,
+        ),
+        # the understanding tower is unused for generation: keep it minimal; its size sets the code grid
+        vision_config=dict(
+            image_size=side * 4,
+            patch_size=4,
+            num_image_tokens=side * side,
+            hidden_size=32,
+            projection_dim=config.hidden_size,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            mlp_ratio=2,
+        ),
+        vq_config=vq_config,
+        image_token_id=0,
+    )
+    model = JanusForConditionalGeneration(janus_config)
+    model.model.vqmodel.load_state_dict(vq.state_dict())
+    for parameter in model.model.vqmodel.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+def domain_words(samples: int = 20_000, seed: int = 0) -> list[str]:
+    """Every word the prompt generator uses (scanned from many descriptions)."""
+    from ..data import describe, sample_scene
+
+    rng = np.random.default_rng(seed)
+    words: set[str] = set()
+    tokenizer = build_janus_tokenizer([])
+    pre = tokenizer.backend_tokenizer.pre_tokenizer
+    normalizer = tokenizer.backend_tokenizer.normalizer
+    for _ in range(samples):
+        text = normalizer.normalize_str(describe(sample_scene(rng), rng))
+        words.update(piece for piece, _ in pre.pre_tokenize_str(text))
+    return sorted(words)
+
+
+def encode_split(
+    vq: JanusVQVAE, split: str, count: int, batch_size: int = 256
+) -> tuple[np.ndarray, list[dict]]:
+    """VQ codes `[count, H*W]` (uint16) and scenes of the first `count` items of a split."""
+    from tqdm.auto import tqdm
+
+    from ..data import ShapesDataset
+    from ..tokenizers.janus import JanusVQTokenizer
+
+    dataset = ShapesDataset(split, length=count)
+    tokenizer = JanusVQTokenizer(vq)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=0, collate_fn=_collate)
+    codes, scenes = [], []
+    for images, batch_scenes in tqdm(loader, desc=f"encoding {split}", unit="batch"):
+        codes.append(tokenizer.encode(images).flatten(1).to(torch.int32).numpy().astype(np.uint16))
+        scenes.extend(batch_scenes)
+    return np.concatenate(codes), scenes
+
+
+def _collate(items):
+    images = torch.stack([item[0] for item in items])
+    scenes = [item[2] for item in items]
+    return images, [s.to_dict() if hasattr(s, "to_dict") else s for s in scenes]
+
+
+def load_or_encode(vq: JanusVQVAE, cache: Path, split: str, count: int) -> tuple[np.ndarray, list[dict]]:
+    codes_path, scenes_path = cache / f"{split}-{count}.npy", cache / f"{split}-{count}.jsonl"
+    if codes_path.is_file() and scenes_path.is_file():
+        scenes = [json.loads(line) for line in scenes_path.read_text().splitlines()]
+        return np.load(codes_path), scenes
+    codes, scenes = encode_split(vq, split, count)
+    cache.mkdir(parents=True, exist_ok=True)
+    np.save(codes_path, codes)
+    scenes_path.write_text("\n".join(json.dumps(s) for s in scenes))
+    return codes, scenes
+
+
+class Batches:
+    """Prompt prefix + codes for training steps, with fresh phrasings and condition dropout."""
+
+    def __init__(self, pipe: JanusPipeline, codes: np.ndarray, scenes: list[dict], dropout: float, seed: int):
+        from ..data import Scene
+
+        self.pipe = pipe
+        self.codes = torch.from_numpy(codes.astype(np.int64))
+        self.scenes = [Scene.from_dict(s) for s in scenes]
+        self.dropout = dropout
+        self.rng = np.random.default_rng(seed)
+        self.grid = pipe.image_tokenizer.grid
+
+    def make(self, index: np.ndarray, train: bool = True):
+        from ..data import describe
+
+        prompts = [describe(self.scenes[i], self.rng) for i in index]
+        prefix = self.pipe.encode_prompts(prompts, None, self.grid, guided=True)
+        half = len(prompts)
+        drop = (
+            torch.from_numpy(self.rng.random(half) < self.dropout)
+            if train
+            else torch.zeros(half, dtype=torch.bool)
+        )
+        ids = torch.where(drop[:, None], prefix.ids[half:], prefix.ids[:half])
+        visible = torch.where(drop[:, None], prefix.visible[half:], prefix.visible[:half])
+        codes = self.codes[torch.from_numpy(index)].view(-1, *self.grid)
+        return Prefix(ids, visible, prefix.pad[:half]), codes
+
+
+def train_ar(config: ARTrainConfig) -> Path:
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(config.threads)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vq = JanusVQVAE.from_pretrained(config.vq).eval()
+    words = config.words or domain_words(seed=config.seed)
+    tokenizer = build_janus_tokenizer(words)
+    model = build_model(config, vq, len(tokenizer), tokenizer.pad_token_id)
+    pipe = JanusPipeline(model=model, tokenizer=tokenizer)
+    train_codes, train_scenes = load_or_encode(vq, out / "cache", "train", config.train_images)
+    held_codes, held_scenes = load_or_encode(vq, out / "cache", "heldout", config.heldout_images)
+    batches = Batches(pipe, train_codes, train_scenes, config.condition_dropout, config.seed)
+    heldout = Batches(pipe, held_codes, held_scenes, 0.0, config.seed + 1)
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.95),
+    )
+    log = out / "train_log.jsonl"
+    start = time.time()
+    order = np.random.default_rng(config.seed).permutation(len(train_codes))
+    cursor, step, epoch = 0, 0, 0
+    progress = tqdm(total=config.max_steps, desc="train ar", unit="step")
+    model.train()
+    while step < config.max_steps and (time.time() - start) < config.max_minutes * 60:
+        if cursor + config.batch_size > len(order):
+            order, cursor, epoch = (
+                np.random.default_rng(config.seed + epoch + 1).permutation(len(order)),
+                0,
+                epoch + 1,
+            )
+        index = order[cursor : cursor + config.batch_size]
+        cursor += config.batch_size
+        lr = _learning_rate(config, step, time.time() - start)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
+            prefix, codes = batches.make(index)
+            loss = code_loss(teacher_forced_logits(pipe, prefix, codes), codes)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        step += 1
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.3f}", epoch=epoch)
+        if step % config.eval_every == 0:
+            record = {
+                "step": step,
+                "epoch": epoch,
+                "minutes": (time.time() - start) / 60,
+                "lr": lr,
+                "train_loss": loss.item(),
+                "heldout_loss": evaluate(pipe, heldout, config),
+            }
+            append_jsonl(log, record)
+            save(pipe, out, config, record)
+    record = {
+        "step": step,
+        "epoch": epoch,
+        "minutes": (time.time() - start) / 60,
+        "heldout_loss": evaluate(pipe, heldout, config),
+        "final": True,
+    }
+    append_jsonl(log, record)
+    save(pipe, out, config, record)
+    return out / "pipeline"
+
+
+def _learning_rate(config: ARTrainConfig, step: int, seconds: float) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    # cosine decay over whichever budget (steps or wall clock) runs out first
+    progress = max(
+        (step - config.warmup_steps) / max(config.max_steps - config.warmup_steps, 1),
+        seconds / (config.max_minutes * 60),
+    )
+    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@torch.no_grad()
+def evaluate(pipe: JanusPipeline, heldout: Batches, config: ARTrainConfig, batches: int = 8) -> float:
+    model = pipe.model
+    model.eval()
+    total, count = 0.0, 0
+    size = len(heldout.codes)
+    for start in range(0, min(size, batches * config.batch_size), config.batch_size):
+        index = np.arange(start, min(start + config.batch_size, size))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
+            prefix, codes = heldout.make(index, train=False)
+            total += code_loss(teacher_forced_logits(pipe, prefix, codes), codes).item() * len(index)
+        count += len(index)
+    model.train()
+    return total / count
+
+
+def save(pipe: JanusPipeline, out: Path, config: ARTrainConfig, record: dict) -> None:
+    pipe.save_pretrained(out / "pipeline")
+    (out / "train_config.json").write_text(json.dumps({**asdict(config), "words": []}, indent=2))
+    (out / "metrics.json").write_text(json.dumps(record, indent=2))
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("ar", help="train the built-in Janus text-to-image model")
+    add_config_arguments(parser, ARTrainConfig, skip=("words",))
+    parser.set_defaults(func=lambda args: train_ar(config_from_arguments(ARTrainConfig, args)) and 0)

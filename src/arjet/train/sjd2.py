@@ -1,0 +1,222 @@
+"""`arjet train sjd2`: fine-tune an AR checkpoint for next-clean-token prediction from noisy inputs (SJD2).
+
+Each training sequence's code inputs are split into segments with a noise level each (`0` = clean);
+noisy inputs are `denorm(alpha_t * norm(e) + sigma_t * eps) + level_embedding(t)` (`arjet.session.noise`);
+the targets stay the clean next codes (ordinary cross-entropy). A share of sequences stays entirely clean
+and a share of prompts is dropped (CFG), so plain AR sampling keeps its quality. Works for any pipeline
+family through its session adapter; full fine-tuning for small models, LoRA (peft) for large ones;
+`accelerate launch -m arjet.train.sjd2 ...` spreads it over several GPUs. The result is the base pipeline
+plus a `noise_conditioning` component, which is what `sjd2` requires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..session import Prefix
+from ..session.noise import NoiseConditioning
+from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .sequence import code_loss, teacher_forced_logits
+
+
+@dataclass
+class SJD2TrainConfig:
+    base: str = "artifacts/ar/pipeline"
+    out: str = "artifacts/sjd2"
+    data: str = "shapes"
+    data_cache: str = "artifacts/ar/cache"
+    images: int = 120_000
+    seed: int = 0
+    levels: int = 16
+    min_segment: int = 8
+    max_segment: int = 64
+    clean_share: float = 0.25
+    condition_dropout: float = 0.1
+    batch_size: int = 64
+    lr: float = 3e-4
+    noise_lr: float = 1e-3
+    warmup_steps: int = 100
+    max_steps: int = 20_000
+    max_minutes: float = 60.0
+    lora_rank: int = 0
+    bf16: bool = True
+    threads: int = 2
+    log_every: int = 50
+
+
+def noisy_code_inputs(
+    noise: NoiseConditioning, clean: torch.Tensor, config: SJD2TrainConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """Code input embeddings `[B, M, d]` with a random noise level per segment (some sequences all clean)."""
+    batch, length, _ = clean.shape
+    levels = torch.zeros(batch, length)
+    for row in range(batch):
+        if torch.rand((), generator=generator) < config.clean_share:
+            continue
+        start = 0
+        while start < length:
+            size = int(torch.randint(config.min_segment, config.max_segment + 1, (), generator=generator))
+            levels[row, start : start + size] = torch.randint(0, config.levels + 1, (), generator=generator)
+            start += size
+    t = (levels / config.levels).to(clean.device)
+    eps = torch.randn(clean.shape, generator=generator).to(clean.device)
+    noisy = noise.model_input(noise.add_noise(clean, t, eps), t)
+    return torch.where((t > 0)[..., None], noisy.to(clean.dtype), clean)
+
+
+class CodeData:
+    """(prompt, codes) pairs: the built-in shapes domain (fresh phrasings each draw) or a JSONL of
+    `{"prompt": ..., "image": path}` records encoded once with the pipeline's image tokenizer."""
+
+    def __init__(self, pipe, config: SJD2TrainConfig):
+        self.pipe, self.config = pipe, config
+        self.rng = np.random.default_rng(config.seed)
+        if config.data == "shapes":  # the built-in domain; its model is a Janus
+            from ..data import Scene
+            from .ar import load_or_encode
+
+            codes, scenes = load_or_encode(
+                pipe.model.model.vqmodel, Path(config.data_cache), "train", config.images
+            )
+            self.codes = torch.from_numpy(codes.astype(np.int64))
+            self.scenes = [Scene.from_dict(s) for s in scenes]
+            self.prompts = None
+        else:
+            self.prompts, self.codes = self._encode_jsonl(Path(config.data))
+
+    def _encode_jsonl(self, path: Path) -> tuple[list[str], torch.Tensor]:
+        import PIL.Image
+
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not records:
+            raise ValueError(f"{path} holds no records; each line must be {{'prompt': ..., 'image': path}}")
+        tokenizer = self.pipe.image_tokenizer
+        codes = []
+        for record in records:
+            image = PIL.Image.open(path.parent / record["image"]).convert("RGB")
+            pixels = torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float()[None] / 127.5 - 1
+            codes.append(tokenizer.encode(pixels.to(self.pipe.device)).flatten(1).cpu())
+        return [r["prompt"] for r in records], torch.cat(codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def batch(self, index: np.ndarray, grid: tuple[int, int]) -> tuple[Prefix, torch.Tensor]:
+        if self.prompts is None:
+            from ..data import describe
+
+            prompts = [describe(self.scenes[i], self.rng) for i in index]
+        else:
+            prompts = [self.prompts[i] for i in index]
+        prefix = self.pipe.encode_prompts(prompts, None, grid, guided=True)
+        half = len(prompts)
+        drop = torch.from_numpy(self.rng.random(half) < self.config.condition_dropout)
+        ids = torch.where(drop[:, None], prefix.ids[half:], prefix.ids[:half])
+        visible = torch.where(drop[:, None], prefix.visible[half:], prefix.visible[:half])
+        return Prefix(ids, visible, prefix.pad[:half]), self.codes[torch.from_numpy(index)].view(-1, *grid)
+
+
+def train_sjd2(config: SJD2TrainConfig) -> Path:
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    from ..pipelines import ARPipeline
+
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(config.threads)
+    accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+    pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    grid = pipe.grid_for(*pipe.default_size())
+    table = _code_table(pipe)
+    noise = NoiseConditioning(hidden_size=table.shape[-1], levels=config.levels)
+    noise.set_statistics(table)
+    model = pipe.model
+    if config.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=2 * config.lora_rank,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        )
+        model = get_peft_model(model, lora)
+    model.train()
+    data = CodeData(pipe, config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        [{"params": trainable, "lr": config.lr}, {"params": noise.parameters(), "lr": config.noise_lr}],
+        weight_decay=0.0,
+    )
+    model, noise, optimizer = accelerator.prepare(model, noise, optimizer)
+    generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
+    order_rng = np.random.default_rng(config.seed + accelerator.process_index)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "train_log.jsonl"
+    start, step = time.time(), 0
+    progress = tqdm(total=config.max_steps, desc="train sjd2", disable=not accelerator.is_main_process)
+    adapter = pipe.session_adapter()
+    while step < config.max_steps and time.time() - start < config.max_minutes * 60:
+        index = order_rng.integers(0, len(data), config.batch_size)
+        prefix, codes = data.batch(index, grid)
+        for group, base_lr in zip(optimizer.param_groups, (config.lr, config.noise_lr), strict=True):
+            group["lr"] = base_lr * min(1.0, (step + 1) / config.warmup_steps)
+        with accelerator.autocast():
+            clean = adapter.embed_codes(codes.flatten(1)[:, :-1])
+            inputs = noisy_code_inputs(accelerator.unwrap_model(noise), clean, config, generator)
+            loss = code_loss(teacher_forced_logits(pipe, prefix, codes, code_inputs=inputs), codes)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(trainable + list(noise.parameters()), 1.0)
+        optimizer.step()
+        step += 1
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.3f}")
+        if accelerator.is_main_process and step % config.log_every == 0:
+            append_jsonl(log, {"step": step, "minutes": (time.time() - start) / 60, "loss": loss.item()})
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(model)
+        if config.lora_rank:
+            model = model.merge_and_unload()
+        pipe.register_modules(model=model.eval(), noise_conditioning=accelerator.unwrap_model(noise).eval())
+        pipe.save_pretrained(out / "pipeline")
+        (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+        (out / "metrics.json").write_text(
+            json.dumps({"steps": step, "minutes": (time.time() - start) / 60}, indent=2)
+        )
+    return out / "pipeline"
+
+
+def _code_table(pipe) -> torch.Tensor:
+    adapter = pipe.session_adapter()
+    vocab = adapter.code_vocab_size
+    with torch.no_grad():
+        return adapter.embed_codes(torch.arange(vocab)[None])[0].float()
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sjd2", help="fine-tune an AR checkpoint for SJD2 (noisy-embedding inputs)"
+    )
+    add_config_arguments(parser, SJD2TrainConfig)
+    parser.set_defaults(func=lambda args: train_sjd2(config_from_arguments(SJD2TrainConfig, args)) and 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m arjet.train.sjd2 ...` (the form `accelerate launch -m` needs)."""
+    parser = argparse.ArgumentParser(prog="python -m arjet.train.sjd2")
+    add_config_arguments(parser, SJD2TrainConfig)
+    train_sjd2(config_from_arguments(SJD2TrainConfig, parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

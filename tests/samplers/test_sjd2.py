@@ -1,0 +1,56 @@
+import functools
+
+import pytest
+import torch
+
+from arjet.samplers import SJD2, LogitsPolicy
+from arjet.session.noise import NoiseConditioning
+from arjet.testing import tiny_pipeline
+from stats import exact_joint, goodness_of_fit
+
+PROMPT = "a red circle left of a blue square"
+GRIDS = {"janus": (2, 2), "emu3": (2, 3), "lumina_mgpt": (2, 3)}
+POLICY = LogitsPolicy(temperature=0.8, top_k=3)
+
+
+def _with_noise_conditioning(pipe, levels=4):
+    noise = NoiseConditioning(hidden_size=pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1], levels=levels)
+    torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # an untrained-but-active conditioning
+    pipe.register_modules(noise_conditioning=noise)
+    return pipe
+
+
+@functools.cache
+def _setup(family):
+    pipe = _with_noise_conditioning(tiny_pipeline(family, grid=GRIDS[family], vocab_size=4, logit_scale=3.0))
+    return pipe, exact_joint(pipe, PROMPT, GRIDS[family], POLICY, 3.0)
+
+
+@pytest.mark.parametrize("sampler", [SJD2(window=4), SJD2(window=3, levels=2), SJD2(window=8, levels=8)], ids=repr)
+def test_sjd2_is_lossless_with_respect_to_the_noise_conditioned_model(family, sampler):
+    pipe, exact = _setup(family)
+    out = pipe(PROMPT, sampler=sampler, num_images_per_prompt=4000, seed=0, guidance_scale=3.0,
+               temperature=POLICY.temperature, top_k=POLICY.top_k, output_type="latent")
+    assert goodness_of_fit(out.codes.flatten(1), exact) > 1e-3
+
+
+def test_sjd2_greedy_reproduces_greedy_ar(family):
+    grid = (4, 4) if family == "janus" else (3, 4)
+    pipe = _with_noise_conditioning(tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0), levels=3)
+    ar = pipe(["a red circle", "green star"], temperature=0).codes
+    out = pipe(["a red circle", "green star"], sampler=SJD2(window=6), temperature=0)
+    assert torch.equal(out.codes, ar)
+    for stat in out.stats:
+        assert sum(stat.accepted_per_step) == stat.tokens
+
+
+def test_sjd2_refuses_a_model_without_the_fine_tune():
+    pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8)
+    with pytest.raises(ValueError, match="needs a checkpoint fine-tuned for noisy embeddings"):
+        pipe("a red circle", sampler="sjd2")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [(dict(window=1), "at least 2"), (dict(levels=0), "levels must be")])
+def test_bad_sjd2_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SJD2(**kwargs)
