@@ -6,10 +6,11 @@ import itertools
 
 import numpy as np
 import torch
-from reference import full_sequence_logits
 from scipy import stats as scipy_stats
 
 from arjet.samplers import LogitsPolicy
+
+from reference import full_sequence_logits
 
 
 def exact_joint(pipe, prompt: str, grid: tuple[int, int], policy: LogitsPolicy, guidance_scale: float | None):

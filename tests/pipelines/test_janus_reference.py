@@ -2,10 +2,11 @@
 
 import pytest
 import torch
-from stats import exact_joint, goodness_of_fit
 
 from arjet.samplers import LogitsPolicy
 from arjet.testing import tiny_pipeline
+
+from stats import exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"
 

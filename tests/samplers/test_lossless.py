@@ -9,10 +9,11 @@ import functools
 
 import pytest
 import torch
-from stats import exact_joint, goodness_of_fit
 
 from arjet.samplers import INIT_SCHEMES, SJD, Lantern, LogitsPolicy, ZipAR
 from arjet.testing import tiny_pipeline
+
+from stats import exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"
 GUIDANCE, POLICY = 3.0, LogitsPolicy(temperature=0.8, top_k=3)

@@ -6,6 +6,7 @@ import torch
 from arjet.samplers import SJD2, LogitsPolicy
 from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_pipeline
+
 from stats import exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"

@@ -2,11 +2,12 @@
 
 import pytest
 import torch
-from reference import full_sequence_logits
 
 from arjet.samplers import SJD, ZipAR
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
+
+from reference import full_sequence_logits
 
 GRID = (3, 4)
 

@@ -2,10 +2,11 @@
 
 import pytest
 import torch
-from reference import full_sequence_logits
 
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
+
+from reference import full_sequence_logits
 
 GRID = (3, 3)
 TOL = dict(atol=1e-4, rtol=1e-4)

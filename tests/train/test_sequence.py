@@ -2,6 +2,7 @@ import torch
 
 from arjet.testing import tiny_pipeline
 from arjet.train.sequence import teacher_forced_logits
+
 from reference import full_sequence_logits
 
 
