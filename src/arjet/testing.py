@@ -83,7 +83,8 @@ def tiny_pipeline(
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     torch.manual_seed(seed)
     pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)
-    pipe.to(dtype=dtype)
+    if dtype != torch.float32:
+        pipe.to(dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

@@ -22,10 +22,7 @@ from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocab
 from ..session import ImageLayout, Prefix
 from ..session.noise import NoiseConditioning
 
-try:  # TEMP until the VQGAN module lands
-    from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
-except ImportError:
-    ChameleonVQGAN = None
+from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
 from .prompts import left_pad_rows
 

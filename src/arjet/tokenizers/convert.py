@@ -1,0 +1,193 @@
+"""`arjet convert-vqgan`: Meta's Chameleon `vqgan.ckpt` (+ `vqgan.yaml`) -> a `ChameleonVQGAN` folder.
+
+The checkpoint is read with `torch.load(weights_only=True)`, so a file holding arbitrary pickled Python
+objects is refused instead of executed; the output is `config.json` + safetensors weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+import sys
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .chameleon_vqgan import ChameleonVQGAN
+
+# `model.params.ddconfig` keys that are arguments of ChameleonVQGAN
+_DDCONFIG_ARGS = (
+    "in_channels",
+    "out_ch",
+    "ch",
+    "ch_mult",
+    "num_res_blocks",
+    "attn_resolutions",
+    "resolution",
+    "z_channels",
+    "dropout",
+)
+# ddconfig options of the taming VQGAN that ChameleonVQGAN supports only at these values
+_DDCONFIG_FIXED = {
+    "double_z": False,
+    "resamp_with_conv": True,
+    "give_pre_end": False,
+    "tanh_out": False,
+    "use_linear_attn": False,
+    "attn_type": "vanilla",
+}
+# state-dict prefixes used only in training (the GAN discriminator and the perceptual loss)
+TRAINING_ONLY_PREFIXES = ("loss.",)
+
+
+def read_vqgan_config(path: str | Path) -> dict[str, Any]:
+    """`ChameleonVQGAN` arguments from a taming-style `vqgan.yaml` (`model.params.{ddconfig, n_embed,
+    embed_dim}`)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"VQGAN config not found: {path}")
+    with path.open(encoding="utf-8") as file:
+        data = yaml.safe_load(file)
+    try:
+        params = data["model"]["params"]
+        ddconfig = params["ddconfig"]
+    except (KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is not a taming-style VQGAN config: expected keys model.params.ddconfig "
+            f"(with n_embed and embed_dim next to ddconfig), missing {error}"
+        ) from None
+    for key, allowed in _DDCONFIG_FIXED.items():
+        if key in ddconfig and ddconfig[key] != allowed:
+            raise ValueError(f"{path}: ddconfig.{key}={ddconfig[key]!r} is not supported, only {allowed!r}")
+    if params.get("remap") is not None:
+        raise ValueError(f"{path}: codebook index remapping (params.remap) is not supported")
+    unknown = sorted(set(ddconfig) - set(_DDCONFIG_ARGS) - set(_DDCONFIG_FIXED))
+    if unknown:
+        warnings.warn(f"{path}: ignoring unknown ddconfig keys {unknown}", stacklevel=2)
+    config = {key: ddconfig[key] for key in _DDCONFIG_ARGS if key in ddconfig}
+    for key in ("n_embed", "embed_dim"):
+        if key not in params:
+            raise ValueError(f"{path}: model.params has no {key!r}")
+        config[key] = params[key]
+    if config.get("attn_resolutions") is None:
+        config.pop("attn_resolutions", None)
+    return config
+
+
+def load_vqgan_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a Lightning checkpoint (`{"state_dict": ...}`) or of a bare state dict, loaded
+    without unpickling anything but tensors and plain containers."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"VQGAN checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        match = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+        detail = match.group(1).strip() if match else "not loadable with weights_only=True"
+        raise ValueError(
+            f"{path} contains non-tensor Python objects (torch: {detail}) and arjet refuses to unpickle them, "
+            "since unpickling can run arbitrary code. If you trust the file, extract its tensors with trusted "
+            "code, e.g. torch.save(torch.load(path, weights_only=False)['state_dict'], 'vqgan_state_dict.pt'), "
+            "and convert that file instead"
+        ) from error
+    state = data.get("state_dict", data) if isinstance(data, Mapping) else data
+    if not isinstance(state, Mapping) or not state:
+        raise ValueError(
+            f"{path} holds no state dict (got {type(state).__name__}), expected a VQGAN checkpoint"
+        )
+    bad = [
+        key for key, value in state.items() if not isinstance(key, str) or not isinstance(value, torch.Tensor)
+    ]
+    if bad:
+        raise ValueError(f"{path}: the state dict has non-tensor entries, e.g. {bad[:5]}")
+    return dict(state)
+
+
+def load_taming_state_dict(model: ChameleonVQGAN, state: Mapping[str, torch.Tensor]) -> None:
+    """Load taming-named weights into `model`: training-only keys are dropped, other unknown keys are
+    ignored with a warning, and a missing key or a shape that does not fit the config is an error."""
+    state = {key: value for key, value in state.items() if not key.startswith(TRAINING_ONLY_PREFIXES)}
+    expected = model.state_dict()
+    missing = [key for key in expected if key not in state]
+    if missing:
+        raise ValueError(
+            f"the checkpoint lacks {len(missing)} of the {len(expected)} VQGAN weights, e.g. {missing[:5]}; "
+            "is it a Chameleon VQGAN checkpoint, and does the config match it (pass its vqgan.yaml)?"
+        )
+    mismatched = [
+        f"{key}: {tuple(state[key].shape)} in the checkpoint, {tuple(value.shape)} for the config"
+        for key, value in expected.items()
+        if state[key].shape != value.shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f"{len(mismatched)} weights do not fit the config (pass the checkpoint's vqgan.yaml), e.g. "
+            + "; ".join(mismatched[:3])
+        )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        warnings.warn(
+            f"ignoring {len(unexpected)} checkpoint entries that are not VQGAN weights, e.g. {unexpected[:5]}",
+            stacklevel=2,
+        )
+    model.load_state_dict({key: state[key] for key in expected}, strict=True)
+
+
+def convert_chameleon_vqgan(
+    ckpt_path: str | Path, out_dir: str | Path, config_path: str | Path | None = None
+) -> Path:
+    """Convert Meta's Chameleon `vqgan.ckpt` into a `ChameleonVQGAN.from_pretrained` folder at `out_dir`.
+    `config_path` is the matching `vqgan.yaml`; without it the released tokenizer's defaults are used."""
+    config = read_vqgan_config(config_path) if config_path is not None else {}
+    state = load_vqgan_state_dict(ckpt_path)
+    model = ChameleonVQGAN(**config)
+    load_taming_state_dict(model, state)
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir
+
+
+# -- command line ----------------------------------------------------------------------------------
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ckpt", help="Meta's vqgan.ckpt (Lightning checkpoint or bare state dict)")
+    parser.add_argument("out", help="output folder (config.json + diffusion_pytorch_model.safetensors)")
+    parser.add_argument(
+        "--config", default=None, help="the matching vqgan.yaml (default: Chameleon's values)"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    out = convert_chameleon_vqgan(args.ckpt, args.out, args.config)
+    print(f"wrote ChameleonVQGAN to {out}")
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert-vqgan", help="convert Meta's Chameleon vqgan.ckpt for Lumina-mGPT", description=__doc__
+    )
+    _add_arguments(parser)
+    parser.set_defaults(func=_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`arjet convert-vqgan CKPT OUT [--config YAML]`."""
+    parser = argparse.ArgumentParser(prog="arjet convert-vqgan", description=__doc__)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"arjet convert-vqgan: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
