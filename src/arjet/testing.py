@@ -206,6 +206,8 @@ def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: in
     _scale_(model.lm_head.weight, logit_scale)
     factor = model.model.vqmodel.spatial_scale_factor
     return Emu3Pipeline(
+        prompt_suffix="",
+        default_negative_prompt="blurry",
         model=model,
         tokenizer=tokenizer,
         image_area=grid[0] * grid[1] * factor**2,
