@@ -4,7 +4,7 @@ import pytest
 
 from arjet.bench import run_bench
 from arjet.cli import main
-from arjet.commands.bench import parse_sampler_list
+from arjet.samplers import parse_specs
 from arjet.testing import tiny_pipeline
 
 
@@ -41,10 +41,11 @@ def test_the_same_prompt_and_seed_reach_every_sampler():
 
 
 def test_sampler_lists():
-    assert parse_sampler_list("sjd,zipar") == ["ar", "sjd", "zipar"]
-    assert parse_sampler_list("sjd:window=8,init=random;ar") == ["ar", "sjd:window=8,init=random"]
-    with pytest.raises(ValueError, match="lists no sampler"):
-        parse_sampler_list(" , ")
+    assert parse_specs("sjd,zipar") == ["sjd", "zipar"]
+    assert parse_specs("sjd:window=8,init=random;ar") == ["sjd:window=8,init=random", "ar"]
+    assert parse_specs("ar,sjd:window=8,init=random,zipar:w=4") == ["ar", "sjd:window=8,init=random", "zipar:w=4"]
+    with pytest.raises(ValueError, match="names no sampler"):
+        parse_specs(" , ")
 
 
 def test_unknown_sampler_fails_before_loading(capsys):

@@ -116,12 +116,14 @@ def run_bench(
                     "mean_accepted": statistics.fmean(stat.accepted_per_step),
                 }
             )
-    return BenchResult(_summarise(specs, records, peaks), records, environment(pipe, call_kwargs))
+    return BenchResult(summarise(specs, records, peaks), records, environment(pipe, call_kwargs))
 
 
-def _summarise(
+def summarise(
     specs: list[str], records: list[dict[str, Any]], peaks: dict[str, float | None]
 ) -> list[SamplerSummary]:
+    """Per-sampler means of `records` (forward passes, tokens, seconds, accepted per step) and the ratios
+    against `ar` when it is among them."""
     summaries = []
     for spec in specs:
         rows = [r for r in records if r["sampler"] == spec]

@@ -15,8 +15,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--samplers",
         default="ar,sjd,zipar",
-        help="sampler specs separated by ';' or ',' (a spec with arguments, e.g. 'sjd:window=32,init=random', "
-        "needs ';' between specs); 'ar' is added first if missing",
+        help="sampler specs: 'ar,sjd,zipar', 'ar,sjd:window=32,init=random,zipar:w=4' or ';'-separated; "
+        "'ar' is added first if missing",
     )
     parser.add_argument(
         "--prompts", default=None, help="prompt set name or file (default: the built-in model's held-out set)"
@@ -29,21 +29,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_sampler_list(text: str) -> list[str]:
-    """'ar,sjd,zipar' or 'ar;sjd:window=32,init=random;zipar' -> specs; 'ar' first."""
-    separator = ";" if ";" in text else ","
-    specs = [spec.strip() for spec in text.split(separator) if spec.strip()]
-    if not specs:
-        raise ValueError(f"--samplers lists no sampler: {text!r}")
-    return ["ar", *[s for s in specs if s != "ar"]]
-
-
 def run(args: argparse.Namespace) -> int:
     from .. import samplers
     from ..bench import run_bench
     from ..eval.prompts import load_prompts
 
-    specs = parse_sampler_list(args.samplers)
+    specs = samplers.parse_specs(args.samplers)
+    specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
     for spec in specs:
         samplers.get(spec)  # fail on a bad spec before loading anything
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir)

@@ -21,7 +21,6 @@ from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocab
 
 from ..session import ImageLayout, Prefix
 from ..session.noise import NoiseConditioning
-
 from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
 from .prompts import left_pad_rows

@@ -49,6 +49,25 @@ def get(sampler: str | Sampler) -> Sampler:
         raise ValueError(f"bad arguments for sampler {name!r}: {error}") from None
 
 
+def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
+    """Sampler specs from a command-line list, deduplicated: `'ar;sjd:window=8,init=random;zipar'`, or with
+    commas only, where a `key=value` piece belongs to the spec before it (`'ar,sjd:window=8,init=random,zipar'`);
+    `extra` specs (a repeatable option) are appended."""
+    if ";" in text:
+        specs = [piece.strip() for piece in text.split(";")]
+    else:
+        specs = []
+        for piece in (p.strip() for p in text.split(",")):
+            if specs and "=" in piece and ":" not in piece:
+                specs[-1] += "," + piece
+            else:
+                specs.append(piece)
+    specs = list(dict.fromkeys([s for s in specs if s] + [s.strip() for s in extra or [] if s.strip()]))
+    if not specs:
+        raise ValueError(f"the sampler list names no sampler: {text!r}")
+    return specs
+
+
 def _parse_arguments(text: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for item in text.split(","):
@@ -115,6 +134,7 @@ __all__ = [
     "ZipAR",
     "available",
     "get",
+    "parse_specs",
     "register",
     "sample",
 ]

@@ -1,0 +1,177 @@
+"""CLIP models for evaluation, through open_clip and from local files only (nothing is downloaded).
+
+A CLIP is named by a spec string, parsed here and nowhere else:
+
+- `domain` — the built-in domain's CLIP: the folder `$ARJET_DOMAIN_CLIP`, else `arjet/assets/shapes-clip/`;
+- `domain:<folder>` — a CLIP folder in the same layout;
+- `open_clip:<model name>:<weights file>` — any open_clip architecture (`open_clip.list_models()`) with a
+  local checkpoint, e.g. `open_clip:ViT-B-32:/models/vit-b-32-openai.bin`.
+
+A CLIP folder is what open_clip itself reads with `local-dir:` (and what `save_open_clip_folder` writes):
+`open_clip_config.json` = `{"model_cfg": {embed_dim, vision_cfg, text_cfg, ...}, "preprocess_cfg": {...}}`
+and `open_clip_model.safetensors` (the state dict), plus tokenizer files when `text_cfg.hf_tokenizer_name`
+is set (otherwise open_clip's bundled BPE tokenizer is used). A custom architecture needs no registration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+DOMAIN_CLIP_VARIABLE = "ARJET_DOMAIN_CLIP"
+DOMAIN_CLIP_FOLDER = "shapes-clip"
+CONFIG_FILE = "open_clip_config.json"
+WEIGHTS_FILE = "open_clip_model.safetensors"
+CLIP_SPECS = "domain, domain:<folder>, open_clip:<model name>:<weights file>"
+
+
+@dataclass(frozen=True)
+class ClipSource:
+    """Where a CLIP comes from: a folder (`domain`) or an open_clip architecture name plus a weights file."""
+
+    kind: str  # "folder" | "open_clip"
+    path: Path
+    name: str = ""
+
+    def check(self) -> None:
+        """Raise FileNotFoundError naming what to put where, without loading anything."""
+        if self.kind == "folder":
+            missing = [f for f in (CONFIG_FILE, WEIGHTS_FILE) if not (self.path / f).is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"CLIP folder {self.path} lacks {' and '.join(missing)}: a CLIP folder holds {CONFIG_FILE} "
+                    f"({{'model_cfg': ..., 'preprocess_cfg': ...}}) and {WEIGHTS_FILE} (see "
+                    f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
+                    f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
+                )
+        elif not self.path.is_file():
+            raise FileNotFoundError(
+                f"open_clip weights file {self.path} for {self.name!r} not found: put the checkpoint of {self.name} "
+                "there (arjet never downloads) or pass another path in open_clip:<model name>:<weights file>"
+            )
+
+    @property
+    def key(self) -> str:
+        """Identity of the weights, for caches: the spec plus the files' sizes and modification times."""
+        files = [self.path / CONFIG_FILE, self.path / WEIGHTS_FILE] if self.kind == "folder" else [self.path]
+        stamps = [f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+        return f"{self.kind}:{self.name}:" + "|".join(stamps)
+
+
+def domain_clip_dir() -> Path:
+    """The built-in domain CLIP's folder: `$ARJET_DOMAIN_CLIP`, else `arjet/assets/shapes-clip`."""
+    from ..builtin import assets_dir
+
+    chosen = os.environ.get(DOMAIN_CLIP_VARIABLE)
+    return Path(chosen).expanduser() if chosen else assets_dir() / DOMAIN_CLIP_FOLDER
+
+
+def parse_clip_spec(spec: str) -> ClipSource:
+    scheme, _, argument = spec.partition(":")
+    if scheme == "domain":
+        return ClipSource("folder", Path(argument).expanduser() if argument else domain_clip_dir(), "domain")
+    if scheme == "open_clip":
+        name, colon, weights = argument.partition(":")
+        if name and colon and weights:
+            return ClipSource("open_clip", Path(weights).expanduser(), name)
+        raise ValueError(f"open_clip specs look like open_clip:<model name>:<weights file>, got {spec!r}")
+    raise ValueError(f"unknown CLIP {spec!r}; use one of: {CLIP_SPECS}")
+
+
+class OpenCLIP:
+    """An open_clip model with its tokenizer: float images in [0, 1] and texts in, embeddings out."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, key: str):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.key = key
+        config = model.visual.preprocess_cfg
+        size = config["size"]
+        self.image_size = (size, size) if isinstance(size, int) else tuple(size)
+        self.mean = torch.tensor(config["mean"]).view(1, 3, 1, 1)
+        self.std = torch.tensor(config["std"]).view(1, 3, 1, 1)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device: torch.device | str) -> OpenCLIP:
+        self.model.to(device)
+        return self
+
+    def model_input(self, images: torch.Tensor) -> torch.Tensor:
+        """[N, 3, h, w] in [0, 1] -> the tower's input: centre crop to its aspect, bicubic resize, normalise."""
+        height, width = images.shape[-2:]
+        target_h, target_w = self.image_size
+        scale = min(height / target_h, width / target_w)
+        crop_h, crop_w = round(target_h * scale), round(target_w * scale)
+        top, left = (height - crop_h) // 2, (width - crop_w) // 2
+        images = images[..., top : top + crop_h, left : left + crop_w].float()
+        if (crop_h, crop_w) != (target_h, target_w):
+            images = F.interpolate(images, size=self.image_size, mode="bicubic", antialias=True).clamp(0, 1)
+        return (images - self.mean.to(images.device)) / self.std.to(images.device)
+
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Image embeddings [N, d] (not normalised) of float images [N, 3, h, w] in [0, 1]."""
+        return self.model.encode_image(self.model_input(images.to(self.device))).float()
+
+    @torch.no_grad()
+    def encode_texts(self, texts: list[str]) -> torch.Tensor:
+        """Text embeddings [N, d] (not normalised)."""
+        return self.model.encode_text(self.tokenizer(texts).to(self.device)).float()
+
+
+_LOADED: dict[tuple[str, str], OpenCLIP] = {}
+
+
+def load_clip(spec: str, device: torch.device | str = "cpu") -> OpenCLIP:
+    """The CLIP named by `spec` (see the module docstring) on `device`; loaded once per process."""
+    source = parse_clip_spec(spec)
+    source.check()
+    cache_key = (source.key, str(device))
+    if cache_key not in _LOADED:
+        _LOADED[cache_key] = _load(source).to(device)
+    return _LOADED[cache_key]
+
+
+def _load(source: ClipSource) -> OpenCLIP:
+    import open_clip
+
+    if source.kind == "folder":
+        name = f"local-dir:{source.path}"
+        model = open_clip.create_model(name)
+        return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
+    if source.name not in open_clip.list_models():
+        raise ValueError(f"unknown open_clip model {source.name!r}; see open_clip.list_models()")
+    model = open_clip.create_model(source.name, pretrained=str(source.path))
+    return OpenCLIP(model, open_clip.get_tokenizer(source.name), source.key)
+
+
+def save_open_clip_folder(
+    model: torch.nn.Module,
+    model_cfg: dict[str, Any],
+    folder: str | os.PathLike,
+    preprocess_cfg: dict[str, Any] | None = None,
+) -> Path:
+    """Write `model` (an open_clip CLIP built from `model_cfg`) as a CLIP folder that `domain:<folder>` and
+    open_clip's `local-dir:<folder>` load: the layout the built-in domain CLIP ships in."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if preprocess_cfg is None:  # what the model was built with, when open_clip built it (else its defaults)
+        built = getattr(getattr(model, "visual", None), "preprocess_cfg", {})
+        preprocess_cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in built.items() if k != "size"}
+    preprocess = dict(preprocess_cfg)
+    config = {"model_cfg": model_cfg, "preprocess_cfg": preprocess}
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / WEIGHTS_FILE))
+    return folder

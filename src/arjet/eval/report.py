@@ -1,0 +1,173 @@
+"""What a finished run leaves for people: `metrics.json`, `report.md` (the table) and `plots/*.png`."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..bench import environment
+from ..reports import plots
+from ..reports.tables import markdown_table, number, ratio
+from .atomic import atomic_target, write_text
+from .scoring import SamplerResult, load_images
+from .settings import EvalSettings
+
+PLOTS_DIR = "plots"
+HEADER = (
+    "sampler",
+    "images",
+    "FID",
+    "CLIP score",
+    "forward passes",
+    "step compression",
+    "s / image",
+    "latency speedup",
+    "accepted / step",
+)
+
+
+def results_table(results: Sequence[SamplerResult]) -> str:
+    rows = [
+        (
+            f"`{r.sampler}`",
+            str(r.images),
+            number(r.fid),
+            number(r.clip_score),
+            number(r.forward_passes, 1),
+            ratio(r.step_compression),
+            number(r.seconds, 3),
+            ratio(r.latency_speedup),
+            number(r.accepted_per_step),
+        )
+        for r in results
+    ]
+    return markdown_table(HEADER, rows, numeric=[False, *[True] * (len(HEADER) - 1)])
+
+
+def write_report(
+    out: Path,
+    settings: EvalSettings,
+    records: Sequence[dict[str, Any]],
+    results: Sequence[SamplerResult],
+    scoring: dict[str, Any],
+    pipe,
+    command: str | None = None,
+    grid_prompts: int = 4,
+) -> dict[str, Any]:
+    """Write metrics.json, the plots and report.md; return what metrics.json holds."""
+    notes = (
+        [] if "ar" in settings.samplers else ["no `ar` run: step compression and latency speedup left empty"]
+    )
+    metrics = {
+        "command": command,
+        "settings": settings.to_dict(),
+        "scoring": scoring,
+        "environment": environment(pipe, settings.call_kwargs()),
+        "samplers": [r.to_dict() for r in results],
+        "notes": notes,
+    }
+    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    figures = write_plots(out, records, results, settings.samplers, grid_prompts)
+    write_text(out / "report.md", _markdown(metrics, results, figures))
+    return metrics
+
+
+def write_plots(
+    out: Path,
+    records: Sequence[dict[str, Any]],
+    results: Sequence[SamplerResult],
+    samplers: Sequence[str],
+    grid_prompts: int = 4,
+) -> dict[str, str]:
+    """The four figures as `plots/*.png`; returns {title: relative path}."""
+    present = [spec for spec in samplers if any(r["sampler"] == spec for r in records)]
+    if not present:
+        return {}
+    first_seed = min(r["seed"] for r in records)
+    shown = {
+        spec: {r["index"]: r for r in records if r["sampler"] == spec and r["seed"] == first_seed}
+        for spec in present
+    }
+    maps = {
+        spec: [
+            (f"prompt {i}", np.asarray(r["commit_step"]))
+            for i, r in sorted(rows.items())
+            if "commit_step" in r
+        ][:4]
+        for spec, rows in shown.items()
+    }
+    figures = {
+        "speed vs quality": ("speed_quality.png", plots.speed_quality([r.to_dict() for r in results])),
+        "accepted tokens per step": (
+            "accepted_per_step.png",
+            plots.accepted_histogram({spec: pooled_histogram(records, spec) for spec in present}),
+        ),
+    }
+    if any(maps.values()):
+        figures["commit-step maps"] = (
+            "commit_steps.png",
+            plots.commit_step_maps({spec: shown_maps for spec, shown_maps in maps.items() if shown_maps}),
+        )
+    indices = sorted(set.intersection(*(set(rows) for rows in shown.values())))[:grid_prompts]
+    if indices:
+        images = [list(load_images(out, [shown[spec][i] for spec in present])) for i in indices]
+        prompts = [shown[present[0]][i]["prompt"] for i in indices]
+        figures["same prompts and seeds across samplers"] = (
+            "grid.png",
+            plots.comparison_grid(images, prompts, present),
+        )
+    written = {}
+    for title, (name, figure) in figures.items():
+        with atomic_target(out / PLOTS_DIR / name) as temporary:
+            figure.savefig(temporary, format="png", dpi=110)
+        written[title] = f"{PLOTS_DIR}/{name}"
+    return written
+
+
+def pooled_histogram(records: Sequence[dict[str, Any]], sampler: str) -> dict[int, int]:
+    """Forward passes per number of committed tokens, over all images of `sampler`."""
+    pooled: Counter[int] = Counter()
+    for record in records:
+        if record["sampler"] == sampler:
+            pooled.update({int(tokens): steps for tokens, steps in record["accepted_histogram"].items()})
+    return dict(sorted(pooled.items()))
+
+
+def _markdown(metrics: dict[str, Any], results: Sequence[SamplerResult], figures: dict[str, str]) -> str:
+    settings, scoring, env = metrics["settings"], metrics["scoring"], metrics["environment"]
+    reference = scoring.get("reference")
+    fid = (
+        f"FID with `{scoring['fid_features']}` features against {reference['images']} reference images "
+        f"({reference['source']})"
+        if reference
+        else "FID not computed"
+    )
+    clip = (
+        f"CLIP score with `{scoring['clip_model']}`"
+        if scoring.get("clip_model")
+        else "CLIP score not computed"
+    )
+    lines = [
+        "# arjet eval",
+        "",
+        f"```\n{metrics['command']}\n```" if metrics.get("command") else "",
+        "",
+        f"{settings['n']} prompts of `{settings['prompts']}` x {len(settings['seeds'])} seed(s) per sampler, "
+        f"model `{settings['model']}` ({env['pipeline']}, {env['dtype']}) on {env['device']}. {fid}; {clip}.",
+        "",
+        results_table(results),
+        "",
+        "Step compression: mean forward passes of `ar` / of the sampler, same prompts and seeds. Latency speedup: "
+        "mean seconds per image of `ar` / of the sampler, measured in this run. Accepted / step: mean over images "
+        "of the tokens one forward pass committed.",
+        *[f"\nNote: {note}." for note in metrics["notes"]],
+        "",
+        *[f"![{title}]({path})" for title, path in figures.items()],
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,259 @@
+"""The evaluation runner: every (sampler, prompt, seed) image exactly once, resumable and sharded.
+
+Steps of `run_eval`:
+1. check everything that could fail late (sampler specs, metric files, reference images) before any work;
+2. join the processes (Accelerate's `PartialState`: one process, or one per rank under `accelerate launch`
+   / `torchrun`) and check `OUT/config.json` (same settings: resume; other settings: refuse);
+3. per sampler (`ar` first, so the others' summary lines can give ratios), the images not yet recorded
+   are split between the processes; each image is saved (atomically), then its record appended; after
+   each sampler the processes meet and the main process prints a summary line;
+4. the main process merges the records, scores every sampler (FID, CLIP score, speed) and writes
+   `metrics.json`, `report.md` and the plots.
+
+Prompt `i` with seed `s` is generated with `seed=s + i`, alone or in a batch (the pipeline gives each image
+its own generator), so an image is the same in any batch, on any process, in a fresh or a resumed run:
+exactly `pipe(prompts, seed=s).images[i]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import samplers as sampler_registry
+from .atomic import save_image
+from .records import RecordLog, read_records, record_key, sort_records, write_merged
+from .scoring import MetricOptions, score_run, speed_summaries
+from .settings import EvalSettings, check_out_dir, write_config
+
+CRASH_VARIABLE = "ARJET_EVAL_CRASH_AFTER"
+IMAGES_DIR = "images"
+COMMIT_MAPS = 8  # the records of the first prompts keep their commit-step map (the plot shows some)
+
+
+@dataclass(frozen=True)
+class Job:
+    sampler: str
+    index: int
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return self.sampler, self.index, self.seed
+
+    @property
+    def generator_seed(self) -> int:
+        return self.seed + self.index
+
+
+def sampler_dirs(specs: Sequence[str]) -> dict[str, str]:
+    """A folder name per sampler spec (`sjd:window=32` -> `sjd_window_32`); distinct specs, distinct names."""
+    names = {spec: re.sub(r"[^A-Za-z0-9.+-]+", "_", spec) for spec in specs}
+    if len(set(names.values())) != len(names):
+        raise ValueError(
+            f"sampler specs {list(specs)} collide as folder names {list(names.values())}; drop one"
+        )
+    return names
+
+
+def run_order(specs: Sequence[str]) -> list[str]:
+    """`ar` first (the baseline of every ratio), then the others as given."""
+    return sorted(specs, key=lambda spec: spec != "ar")
+
+
+def plan(settings: EvalSettings) -> list[Job]:
+    return [
+        Job(spec, index, seed)
+        for spec in run_order(settings.samplers)
+        for index in range(settings.n)
+        for seed in settings.seeds
+    ]
+
+
+def run_eval(
+    settings: EvalSettings,
+    prompts: Sequence[str],
+    out: str | os.PathLike,
+    metrics: MetricOptions | None = None,
+    *,
+    batch_size: int = 1,
+    device: str | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    grid_prompts: int = 4,
+) -> dict[str, Any] | None:
+    """Generate and score a run in `out`; the metrics dict on the main process, None on the others."""
+    # 1. check everything before any work
+    metrics = metrics or MetricOptions()
+    if len(prompts) != settings.n:
+        raise ValueError(f"settings.n is {settings.n} but {len(prompts)} prompts were given")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    instances = {spec: sampler_registry.get(spec) for spec in settings.samplers}
+    folders = sampler_dirs(settings.samplers)
+    metrics.check()
+    out = Path(out)
+
+    # 2. processes and the out dir
+    state = join_processes(device)
+    resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
+    wait_for_everyone(state)
+    if state.is_main_process and not resuming:
+        write_config(out, settings)
+    wait_for_everyone(state)
+    done = {record_key(r) for r in read_records(out)}
+    log = RecordLog(out, state.process_index)
+    wait_for_everyone(state)  # no process writes a record before all have read the finished ones
+    pipe = _load_pipeline(settings, device or state.device)
+
+    # 3. generate, sampler by sampler
+    jobs = plan(settings)
+    worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
+    for spec in run_order(settings.samplers):
+        todo = [job for job in jobs if job.sampler == spec and job.key not in done]
+        with state.split_between_processes(todo) as mine:
+            worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
+        wait_for_everyone(state)
+        if state.is_main_process:
+            print(summary_line(spec, settings.samplers, read_records(out)), flush=True)
+    if not state.is_main_process:
+        state.destroy_process_group()
+        return None
+
+    # 4. score and report on the main process
+    from .report import write_report
+
+    records = sort_records(read_records(out), settings.samplers)
+    write_merged(out, records)
+    results, info = score_run(records, settings.samplers, out, metrics, pipe.device)
+    result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
+    state.destroy_process_group()
+    return result
+
+
+def join_processes(device: str | None = None):
+    """Accelerate's process state: this process alone, or its rank under `accelerate launch` / `torchrun`.
+    Without an accelerator (or with `device="cpu"`) the processes meet over gloo on the CPU."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=device == "cpu" or (device is None and not torch.cuda.is_available()))
+
+
+def wait_for_everyone(state) -> None:
+    """`state.wait_for_everyone()`, except that CPU processes on a machine with GPUs meet without naming a
+    GPU: Accelerate's barrier passes `device_ids=[local rank]`, which fails where that GPU does not exist."""
+    from accelerate.utils import DistributedType
+
+    if state.distributed_type == DistributedType.MULTI_CPU and torch.cuda.is_available():
+        torch.distributed.barrier()
+    else:
+        state.wait_for_everyone()
+
+
+def _load_pipeline(settings: EvalSettings, device: torch.device | str):
+    from ..commands.common import DTYPES
+    from ..pipelines import ARPipeline
+
+    kwargs = {"dtype": DTYPES[settings.dtype]} if settings.dtype else {}
+    pipe = ARPipeline.from_pretrained(settings.model, **kwargs).to(device)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+class _Worker:
+    """Generates jobs of one process and writes image + record per job."""
+
+    def __init__(self, pipe, settings: EvalSettings, prompts, out: Path, folders, log: RecordLog, show: bool):
+        self.pipe = pipe
+        self.call_kwargs = settings.call_kwargs()
+        self.prompts = prompts
+        self.out = out
+        self.folders = folders
+        self.log = log
+        self.show = show
+        crash = os.environ.get(CRASH_VARIABLE)
+        self.crash_after = int(crash) if crash else None  # test hook: die as if killed after k images
+
+    def run(self, spec: str, sampler, jobs: list[Job], batch_size: int, processes: int) -> None:
+        if not jobs:
+            return
+        from tqdm.auto import tqdm
+
+        # warm-up (untimed): first-call costs must not land on the first image's seconds
+        self.pipe(
+            self.prompts[jobs[0].index], sampler=sampler, seed=0, output_type="latent", **self.call_kwargs
+        )
+        where = f" (this process's share of {processes})" if processes > 1 else ""
+        with tqdm(total=len(jobs), desc=f"{spec}{where}", unit="image", disable=not self.show) as bar:
+            for start in range(0, len(jobs), batch_size):
+                batch = jobs[start : start + batch_size]
+                self._generate(spec, sampler, batch)
+                bar.update(len(batch))
+
+    def _generate(self, spec: str, sampler, batch: list[Job]) -> None:
+        result = self.pipe(
+            [self.prompts[job.index] for job in batch],
+            sampler=sampler,
+            seed=[job.generator_seed for job in batch],
+            **self.call_kwargs,
+        )
+        for job, image, codes, stat in zip(batch, result.images, result.codes, result.stats, strict=True):
+            relative = f"{IMAGES_DIR}/{self.folders[spec]}/{job.index}_{job.seed}.png"
+            save_image(image, self.out / relative)
+            self._maybe_crash()
+            self.log.append(make_record(job, self.prompts[job.index], relative, codes, stat, len(batch)))
+
+    def _maybe_crash(self) -> None:
+        if self.crash_after is None:
+            return
+        self.crash_after -= 1
+        if self.crash_after <= 0:
+            os._exit(75)  # no clean-up at all, like a kill: the image is saved, its record is not
+
+
+def make_record(job: Job, prompt: str, image: str, codes: torch.Tensor, stat, batch: int) -> dict[str, Any]:
+    """The JSON line of one finished image (a few hundred bytes, whatever the grid)."""
+    record = {
+        "sampler": job.sampler,
+        "index": job.index,
+        "seed": job.seed,
+        "generator_seed": job.generator_seed,
+        "prompt": prompt,
+        "image": image,
+        "forward_passes": stat.forward_passes,
+        "tokens": stat.tokens,
+        "compression": stat.compression,
+        "seconds": stat.seconds / batch,
+        "batch_size": batch,
+        "mean_accepted": statistics.fmean(stat.accepted_per_step) if stat.accepted_per_step else 0.0,
+        "accepted_histogram": dict(sorted(Counter(stat.accepted_per_step).items())),  # tokens -> steps
+        "codes_sha1": hashlib.sha1(codes.cpu().numpy().tobytes()).hexdigest(),
+    }
+    if job.index < COMMIT_MAPS:
+        record["commit_step"] = stat.commit_step.tolist()
+    return record
+
+
+def summary_line(spec: str, samplers: Sequence[str], records: Sequence[dict[str, Any]]) -> str:
+    summary = next(s for s in speed_summaries(samplers, records) if s.sampler == spec)
+    ratios = ""
+    if summary.step_compression is not None and spec != "ar":
+        ratios = f" ({summary.step_compression:.2f}x fewer than ar)"
+    speed = (
+        f" (latency speedup {summary.latency_speedup:.2f}x)"
+        if summary.latency_speedup is not None and spec != "ar"
+        else ""
+    )
+    return (
+        f"{spec}: {summary.images} images, {summary.forward_passes:.1f} forward passes{ratios}, "
+        f"{summary.seconds:.3f} s/image{speed}, {summary.accepted_per_step:.2f} accepted/step"
+    )

@@ -1,0 +1,270 @@
+"""`arjet eval` end to end on a tiny pipeline: outputs, resume after a kill, two processes, bad input."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arjet.cli import main
+from arjet.eval.cli import parse_seeds
+from arjet.eval.records import RecordLog, read_records
+from arjet.samplers import parse_specs as parse_sampler_specs
+from arjet.testing import tiny_pipeline
+
+from .conftest import colour_squares, fake_data_module, to_pil
+
+SAMPLERS = "ar,sjd:window=4,zipar"
+PROMPTS = ["a red square", "a blue circle", "a green triangle", "a yellow star", "a white cat"]
+TIMING = ("seconds",)  # the only per-image fields allowed to differ between equivalent runs
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_clip_dir):
+    root = tmp_path_factory.mktemp("eval")
+    tiny_pipeline("janus", grid=(4, 4), vocab_size=16, logit_scale=3.0).save_pretrained(root / "model")
+    (root / "real").mkdir()
+    for k, image in enumerate(
+        to_pil(colour_squares(["red", "blue", "green", "yellow"] * 3, seed=3, size=12))
+    ):
+        image.save(root / "real" / f"{k}.png")
+    (root / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+    return root, tiny_clip_dir
+
+
+def eval_args(setup, out, *extra):
+    root, clip = setup
+    return [
+        "--model", str(root / "model"), "--device", "cpu", "--prompts", str(root / "prompts.txt"),
+        "--seeds", "0,1", "--samplers", SAMPLERS, "--fid-features", f"domain:{clip}",
+        "--clip-model", f"domain:{clip}", "--reference-dir", str(root / "real"),
+        "--stats-cache", str(root / "cache"), "--no-progress", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def subprocess_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k != "ARJET_EVAL_CRASH_AFTER"}
+    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(setup):
+    out = setup[0] / "uninterrupted"
+    assert main(["eval", *eval_args(setup, out)]) == 0
+    return out
+
+
+def per_image(out: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+def quality(out: Path) -> dict[str, float]:
+    """Every figure of metrics.json that does not depend on timing, as {"sampler/figure": value}."""
+    rows = json.loads((out / "metrics.json").read_text())["samplers"]
+    keep = ("images", "fid", "clip_score", "forward_passes", "step_compression", "accepted_per_step")
+    return {f"{row['sampler']}/{k}": row[k] for row in rows for k in keep}
+
+
+def images(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "images").rglob("*.png"))}
+
+
+def test_a_run_writes_images_records_metrics_table_and_plots(uninterrupted, capsys):
+    out = uninterrupted
+    records = per_image(out)
+    assert len(records) == 3 * len(PROMPTS) * 2
+    first = records[0]
+    for key in (
+        "sampler",
+        "prompt",
+        "seed",
+        "index",
+        "forward_passes",
+        "image",
+        "accepted_histogram",
+        "commit_step",
+    ):
+        assert key in first
+    assert first["accepted_histogram"] == {"1": 16} and len(first["commit_step"]) == 4
+    assert json.loads((out / "records.jsonl").read_text().splitlines()[0])["seconds"] > 0
+    sjd = [r for r in records if r["sampler"] == "sjd:window=4"]
+    assert all(sum(int(k) * v for k, v in r["accepted_histogram"].items()) == 16 for r in sjd)
+    assert (first["sampler"], first["index"], first["seed"], first["generator_seed"]) == ("ar", 0, 0, 0)
+    assert [r["sampler"] for r in records[:: 2 * len(PROMPTS)]] == ["ar", "sjd:window=4", "zipar"]
+    assert all((out / r["image"]).is_file() for r in records)
+    assert len(images(out)) == len(records)
+    rows = {row["sampler"]: row for row in json.loads((out / "metrics.json").read_text())["samplers"]}
+    assert rows["ar"]["forward_passes"] == 16 and rows["ar"]["step_compression"] == 1.0
+    assert rows["zipar"]["step_compression"] == pytest.approx(16 / rows["zipar"]["forward_passes"])
+    for row in rows.values():
+        assert row["fid"] > 0 and 0 <= row["clip_score"] <= 100 and row["latency_speedup"] > 0
+    report = (out / "report.md").read_text()
+    assert (
+        "| sampler | images | FID | CLIP score | forward passes | step compression | s / image | latency speedup |"
+        in report
+    )
+    assert "arjet eval --model" in report and f"--samplers {SAMPLERS}" in report
+    for name in ("speed_quality", "accepted_per_step", "commit_steps", "grid"):
+        assert (out / "plots" / f"{name}.png").stat().st_size > 5000
+        assert f"plots/{name}.png" in report
+    assert json.loads((out / "config.json").read_text())["seeds"] == [0, 1]
+
+
+def test_the_same_command_again_skips_finished_images(setup, uninterrupted, capsys, monkeypatch):
+    before = images(uninterrupted)
+    calls = []
+    from arjet.eval import runner
+
+    monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
+    assert main(["eval", *eval_args(setup, uninterrupted)]) == 0
+    assert not calls and images(uninterrupted) == before
+    assert "ar: 10 images, 16.0 forward passes" in capsys.readouterr().out
+
+
+def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, uninterrupted):
+    out = setup[0] / "killed"
+    command = [sys.executable, "-m", "arjet.eval", *eval_args(setup, out)]
+    killed = subprocess.run(
+        command, env=subprocess_env(ARJET_EVAL_CRASH_AFTER="13"), capture_output=True, text=True
+    )
+    assert killed.returncode == 75, killed.stderr[-2000:]
+    assert len(read_records(out)) == 12  # the 13th image was saved, its record never written
+    assert len(list((out / "images").rglob("*.png"))) == 13
+    assert not (out / "metrics.json").exists()
+    with open(out / "records" / "process-0.jsonl", "ab") as log:  # and a record cut short by the kill
+        log.write(b'{"sampler": "sjd:window=4", "index": 1, "se')
+    assert main(["eval", *eval_args(setup, out)]) == 0
+    assert per_image(out) == per_image(uninterrupted)
+    assert quality(out) == pytest.approx(quality(uninterrupted))
+    assert images(out) == images(uninterrupted)
+
+
+def test_two_processes_under_accelerate_launch_equal_one_process(setup, uninterrupted):
+    out = setup[0] / "two-processes"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch += [
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
+    result = subprocess.run(
+        [*launch, "-m", "arjet.eval", *eval_args(setup, out)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = {p.name: len(p.read_text().splitlines()) for p in (out / "records").glob("*.jsonl")}
+    assert logs == {"process-0.jsonl": 15, "process-1.jsonl": 15}  # each sampler's 10 images split 5 + 5
+    assert per_image(out) == per_image(uninterrupted)
+    assert quality(out) == pytest.approx(quality(uninterrupted))
+    assert images(out) == images(uninterrupted)
+    assert result.stdout.count("| `zipar` |") == 1  # one table, from the main process
+
+
+def test_an_out_dir_holding_other_settings_is_refused(setup, uninterrupted, capsys):
+    code = main(["eval", *eval_args(setup, uninterrupted), "--seeds", "0,1,2"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert "already holds an evaluation run with different settings" in error
+    assert "seeds: [0, 1] there, [0, 1, 2] now" in error and "pass a new --out (e.g. " in error
+
+
+def test_without_ar_the_ratios_are_left_empty_and_metrics_can_be_skipped(setup, tmp_path, capsys):
+    out = tmp_path / "no-ar"
+    args = eval_args(setup, out, "--samplers", "zipar", "--n", "2", "--seeds", "0")
+    args += ["--fid-features", "none", "--clip-model", "none"]
+    assert main(["eval", *args]) == 0
+    printed = capsys.readouterr().out
+    assert "note: no `ar` run: step compression and latency speedup left empty" in printed
+    (row,) = json.loads((out / "metrics.json").read_text())["samplers"]
+    assert row["step_compression"] is None and row["latency_speedup"] is None and row["fid"] is None
+    assert "| `zipar` | 2 | n/a | n/a | 10.0 | n/a |" in (out / "report.md").read_text()
+
+
+def test_the_builtin_prompts_are_scored_against_the_domain_renders(setup, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "arjet.data", fake_data_module("red"))
+    args = eval_args(setup, tmp_path / "shapes", "--prompts", "shapes", "--n", "3", "--samplers", "ar")
+    no_reference = [a for a in args if a not in ("--reference-dir", str(setup[0] / "real"))]
+    assert main(["eval", *no_reference]) == 0
+    metrics = json.loads((tmp_path / "shapes" / "metrics.json").read_text())
+    assert (
+        metrics["scoring"]["reference"]["source"]
+        == "renders of the first 3 held-out scenes of the built-in domain"
+    )
+    assert metrics["settings"]["prompts"] == "shapes" and metrics["samplers"][0]["fid"] is not None
+
+
+def test_bad_input_gives_clear_errors(setup, tmp_path, capsys):
+    root, _ = setup
+    cases = [
+        (["--prompts", "imagenet"], "unknown prompt set 'imagenet'"),
+        (["--samplers", "ar,warp"], "unknown sampler 'warp'"),
+        (["--seeds", "zero"], "--seeds takes integers"),
+        (["--reference-dir", str(tmp_path / "nowhere")], "reference image folder"),
+        (["--fid-features", f"domain:{tmp_path}"], "lacks open_clip_config.json"),
+        (["--clip-model", "clip-l"], "unknown CLIP 'clip-l'"),
+    ]
+    for extra, message in cases:
+        assert main(["eval", *eval_args(setup, tmp_path / "bad"), *extra]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+    no_reference = [
+        a for a in eval_args(setup, tmp_path / "bad") if a not in ("--reference-dir", str(root / "real"))
+    ]
+    assert main(["eval", *no_reference]) == 2
+    assert "FID needs real reference images: pass --reference-dir" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()  # nothing is written before the checks pass
+
+
+def test_more_prompts_than_the_set_holds_says_so_and_uses_all(setup, tmp_path, capsys):
+    args = eval_args(setup, tmp_path / "all", "--n", "50", "--samplers", "ar", "--seeds", "0")
+    assert main(["eval", *args, "--fid-features", "none"]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "asked for 50 prompts but" in captured.err
+        and f"has {len(PROMPTS)}; using all of them" in captured.err
+    )
+    assert json.loads((tmp_path / "all" / "config.json").read_text())["n"] == len(PROMPTS)
+
+
+def test_sampler_and_seed_lists():
+    assert parse_sampler_specs("ar,sjd,zipar") == ["ar", "sjd", "zipar"]
+    assert parse_sampler_specs("ar,sjd:window=8,init=random,zipar:w=2") == [
+        "ar",
+        "sjd:window=8,init=random",
+        "zipar:w=2",
+    ]
+    assert parse_sampler_specs("sjd:window=8,init=random;ar", ["lantern:k=4,delta=0.1", "ar"]) == [
+        "sjd:window=8,init=random", "ar", "lantern:k=4,delta=0.1",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="names no sampler"):
+        parse_sampler_specs(" , ")
+    assert parse_seeds("0") == [0] and parse_seeds("3,1-2,3") == [3, 1, 2]
+    with pytest.raises(ValueError, match="--seeds lists no seed"):
+        parse_seeds(",")
+
+
+def test_a_record_cut_short_is_skipped_and_cut_off_before_appending(tmp_path):
+    log = RecordLog(tmp_path, rank=0)
+    log.append({"sampler": "ar", "index": 0, "seed": 0})
+    with open(log.path, "ab") as handle:
+        handle.write(b'{"sampler": "ar", "ind')
+    assert read_records(tmp_path) == [{"sampler": "ar", "index": 0, "seed": 0}]
+    RecordLog(tmp_path, rank=0).append({"sampler": "ar", "index": 1, "seed": 0})
+    assert [r["index"] for r in read_records(tmp_path)] == [0, 1]
+    assert log.path.read_text().count("\n") == 2
