@@ -31,10 +31,24 @@ def model_path(name: str = DEFAULT_MODEL) -> Path:
 
 
 def load(name: str = DEFAULT_MODEL, **kwargs: Any):
-    """The ready pipeline of built-in model `name` (default: the shapes model), e.g. `arjet.load()("a red circle")`."""
+    """The ready pipeline of built-in model `name` (default: the shapes model), e.g. `arjet.load()("a red circle")`.
+
+    The weights are stored in bfloat16 to keep the package small; they are loaded as float32 unless
+    `dtype=` says otherwise (float32 is faster on CPU and exact for the statistical tests)."""
+    return load_model(str(model_path(name)), **kwargs)
+
+
+def load_model(name_or_path: str | None, **kwargs: Any):
+    """A pipeline for a CLI-style `--model`: a built-in name (the default model when None), a checkpoint
+    folder or a hub id. Built-in weights load as float32 unless `dtype=` is given."""
+    import torch
+
     from .pipelines import ARPipeline
 
-    return ARPipeline.from_pretrained(str(model_path(name)), **kwargs)
+    path = resolve_model(name_or_path)
+    if Path(path).resolve().parent == assets_dir().resolve():
+        kwargs.setdefault("dtype", torch.float32)
+    return ARPipeline.from_pretrained(path, **kwargs)
 
 
 def resolve_model(name_or_path: str | None) -> str:

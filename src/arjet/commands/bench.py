@@ -23,9 +23,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--n", type=int, default=8, help="number of prompts (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="image i uses seed + i")
-    parser.add_argument("--data-dir", default=None, help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)")
+    parser.add_argument(
+        "--data-dir", default=None, help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)"
+    )
     add_sampling_arguments(parser)
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the full results as JSON here")
+    parser.add_argument(
+        "--json", dest="json_out", default=None, help="also write the full results as JSON here"
+    )
     parser.set_defaults(func=run)
 
 
@@ -42,9 +46,13 @@ def run(args: argparse.Namespace) -> int:
     pipe = load_pipeline(args)
     result = run_bench(pipe, specs, prompts, seed=args.seed, **sampling_kwargs(args))
     env = result.environment
-    print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({env['pipeline']}, {env['dtype']})")
+    print(
+        f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({env['pipeline']}, {env['dtype']})"
+    )
     print(result.table())
-    print("peak memory: CUDA max allocated (weights included); CPU: peak resident memory added during a generation")
+    print(
+        "peak memory: CUDA max allocated (weights included); CPU: peak resident memory added during a generation"
+    )
     if args.json_out:
         path = Path(args.json_out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,10 +38,9 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_pipeline(args: argparse.Namespace):
-    from ..builtin import resolve_model
-    from ..pipelines import ARPipeline
+    from ..builtin import load_model
 
     kwargs = {"dtype": DTYPES[args.dtype]} if args.dtype else {}
-    pipe = ARPipeline.from_pretrained(resolve_model(args.model), **kwargs)
+    pipe = load_model(args.model, **kwargs)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return pipe.to(device)

@@ -160,11 +160,11 @@ def wait_for_everyone(state) -> None:
 
 
 def _load_pipeline(settings: EvalSettings, device: torch.device | str):
+    from ..builtin import load_model
     from ..commands.common import DTYPES
-    from ..pipelines import ARPipeline
 
     kwargs = {"dtype": DTYPES[settings.dtype]} if settings.dtype else {}
-    pipe = ARPipeline.from_pretrained(settings.model, **kwargs).to(device)
+    pipe = load_model(settings.model, **kwargs).to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

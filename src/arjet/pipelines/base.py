@@ -144,7 +144,8 @@ class BaseARPipeline(DiffusionPipeline):
         # 1. check inputs: everything is validated before any model work
         prompts, negatives = self.check_inputs(prompt, negative_prompt, num_images_per_prompt)
         sampler = sampler_registry.get(sampler)
-        guidance_scale = self.default_guidance_scale if guidance_scale is None else guidance_scale
+        if guidance_scale is None:  # a checkpoint may set its own default in its config
+            guidance_scale = self.config.get("default_guidance_scale") or self.default_guidance_scale
         _check_number("guidance_scale", guidance_scale, minimum=0.0)
         policy = LogitsPolicy(temperature, self.default_top_k if top_k is None else top_k, top_p)
         if output_type not in OUTPUT_TYPES:

@@ -72,9 +72,11 @@ class JanusPipeline(BaseARPipeline):
         model: JanusForConditionalGeneration,
         tokenizer: PreTrainedTokenizerBase,
         noise_conditioning: NoiseConditioning | None = None,
+        default_guidance_scale: float | None = None,
     ):
         super().__init__()
         self.register_modules(model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning)
+        self.register_to_config(default_guidance_scale=default_guidance_scale)
 
     # -- hooks --------------------------------------------------------------------------------------
     @property

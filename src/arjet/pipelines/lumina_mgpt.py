@@ -61,7 +61,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
         noise_conditioning: NoiseConditioning | None = None,
     ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer, vqgan=vqgan, noise_conditioning=noise_conditioning)
+        self.register_modules(
+            model=model, tokenizer=tokenizer, vqgan=vqgan, noise_conditioning=noise_conditioning
+        )
         self.register_to_config(
             resolution=resolution, default_height=default_height, default_width=default_width
         )

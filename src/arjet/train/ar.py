@@ -31,11 +31,12 @@ from .sequence import code_loss, teacher_forced_logits
 class ARTrainConfig:
     vq: str = "artifacts/vq"
     out: str = "artifacts/ar"
+    init: str = ""  # continue from this saved pipeline (its tokenizer and weights) instead of a fresh model
     seed: int = 0
     train_images: int = 120_000
     heldout_images: int = 1_000
     hidden_size: int = 256
-    layers: int = 6
+    layers: int = 8
     heads: int = 8
     kv_heads: int = 4
     intermediate_size: int = 688
@@ -49,6 +50,8 @@ class ARTrainConfig:
     condition_dropout: float = 0.1
     bf16: bool = True
     threads: int = 2
+    device: str = "cpu"
+    workers: int = 0
     eval_every: int = 500
     words: list[str] = field(default_factory=list)
 
@@ -109,7 +112,7 @@ def domain_words(samples: int = 20_000, seed: int = 0) -> list[str]:
 
 
 def encode_split(
-    vq: JanusVQVAE, split: str, count: int, batch_size: int = 256
+    vq: JanusVQVAE, split: str, count: int, batch_size: int = 256, workers: int = 0
 ) -> tuple[np.ndarray, list[dict]]:
     """VQ codes `[count, H*W]` (uint16) and scenes of the first `count` items of a split."""
     from tqdm.auto import tqdm
@@ -119,10 +122,13 @@ def encode_split(
 
     dataset = ShapesDataset(split, length=count)
     tokenizer = JanusVQTokenizer(vq)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=0, collate_fn=_collate)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate
+    )
     codes, scenes = [], []
     for images, batch_scenes in tqdm(loader, desc=f"encoding {split}", unit="batch"):
-        codes.append(tokenizer.encode(images).flatten(1).to(torch.int32).numpy().astype(np.uint16))
+        encoded = tokenizer.encode(images.to(vq.device)).flatten(1).to(torch.int32).cpu()
+        codes.append(encoded.numpy().astype(np.uint16))
         scenes.extend(batch_scenes)
     return np.concatenate(codes), scenes
 
@@ -133,12 +139,14 @@ def _collate(items):
     return images, [s.to_dict() if hasattr(s, "to_dict") else s for s in scenes]
 
 
-def load_or_encode(vq: JanusVQVAE, cache: Path, split: str, count: int) -> tuple[np.ndarray, list[dict]]:
+def load_or_encode(
+    vq: JanusVQVAE, cache: Path, split: str, count: int, workers: int = 0
+) -> tuple[np.ndarray, list[dict]]:
     codes_path, scenes_path = cache / f"{split}-{count}.npy", cache / f"{split}-{count}.jsonl"
     if codes_path.is_file() and scenes_path.is_file():
         scenes = [json.loads(line) for line in scenes_path.read_text().splitlines()]
         return np.load(codes_path), scenes
-    codes, scenes = encode_split(vq, split, count)
+    codes, scenes = encode_split(vq, split, count, workers=workers)
     cache.mkdir(parents=True, exist_ok=True)
     np.save(codes_path, codes)
     scenes_path.write_text("\n".join(json.dumps(s) for s in scenes))
@@ -158,7 +166,7 @@ class Batches:
         self.rng = np.random.default_rng(seed)
         self.grid = pipe.image_tokenizer.grid
 
-    def make(self, index: np.ndarray, train: bool = True):
+    def make(self, index: np.ndarray, train: bool = True, device: str = "cpu"):
         from ..data import describe
 
         prompts = [describe(self.scenes[i], self.rng) for i in index]
@@ -169,10 +177,11 @@ class Batches:
             if train
             else torch.zeros(half, dtype=torch.bool)
         )
+        drop = drop.to(prefix.ids.device)
         ids = torch.where(drop[:, None], prefix.ids[half:], prefix.ids[:half])
         visible = torch.where(drop[:, None], prefix.visible[half:], prefix.visible[:half])
         codes = self.codes[torch.from_numpy(index)].view(-1, *self.grid)
-        return Prefix(ids, visible, prefix.pad[:half]), codes
+        return Prefix(ids.to(device), visible.to(device), prefix.pad[:half].to(device)), codes.to(device)
 
 
 def train_ar(config: ARTrainConfig) -> Path:
@@ -182,13 +191,23 @@ def train_ar(config: ARTrainConfig) -> Path:
     torch.set_num_threads(config.threads)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    vq = JanusVQVAE.from_pretrained(config.vq).eval()
-    words = config.words or domain_words(seed=config.seed)
-    tokenizer = build_janus_tokenizer(words)
-    model = build_model(config, vq, len(tokenizer), tokenizer.pad_token_id)
-    pipe = JanusPipeline(model=model, tokenizer=tokenizer)
-    train_codes, train_scenes = load_or_encode(vq, out / "cache", "train", config.train_images)
-    held_codes, held_scenes = load_or_encode(vq, out / "cache", "heldout", config.heldout_images)
+    if config.init:
+        pipe = JanusPipeline.from_pretrained(config.init, dtype=torch.float32)
+        model, tokenizer = pipe.model.to(config.device), pipe.tokenizer
+    else:
+        vq = JanusVQVAE.from_pretrained(config.vq).eval()
+        tokenizer = build_janus_tokenizer(config.words or domain_words(seed=config.seed))
+        model = build_model(config, vq, len(tokenizer), tokenizer.pad_token_id).to(config.device)
+        pipe = JanusPipeline(model=model, tokenizer=tokenizer)
+    for parameter in model.model.vqmodel.parameters():
+        parameter.requires_grad_(False)
+    vq = model.model.vqmodel  # the frozen copy inside the model, on the training device
+    train_codes, train_scenes = load_or_encode(
+        vq, out / "cache", "train", config.train_images, config.workers
+    )
+    held_codes, held_scenes = load_or_encode(
+        vq, out / "cache", "heldout", config.heldout_images, config.workers
+    )
     batches = Batches(pipe, train_codes, train_scenes, config.condition_dropout, config.seed)
     heldout = Batches(pipe, held_codes, held_scenes, 0.0, config.seed + 1)
 
@@ -218,8 +237,8 @@ def train_ar(config: ARTrainConfig) -> Path:
         lr = _learning_rate(config, step, time.time() - start)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
-            prefix, codes = batches.make(index)
+        with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
+            prefix, codes = batches.make(index, device=config.device)
             loss = code_loss(teacher_forced_logits(pipe, prefix, codes), codes)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -270,8 +289,8 @@ def evaluate(pipe: JanusPipeline, heldout: Batches, config: ARTrainConfig, batch
     size = len(heldout.codes)
     for start in range(0, min(size, batches * config.batch_size), config.batch_size):
         index = np.arange(start, min(start + config.batch_size, size))
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
-            prefix, codes = heldout.make(index, train=False)
+        with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
+            prefix, codes = heldout.make(index, train=False, device=config.device)
             total += code_loss(teacher_forced_logits(pipe, prefix, codes), codes).item() * len(index)
         count += len(index)
     model.train()

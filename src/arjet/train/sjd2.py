@@ -118,9 +118,11 @@ class CodeData:
         prefix = self.pipe.encode_prompts(prompts, None, grid, guided=True)
         half = len(prompts)
         drop = torch.from_numpy(self.rng.random(half) < self.config.condition_dropout)
+        drop = drop.to(prefix.ids.device)
         ids = torch.where(drop[:, None], prefix.ids[half:], prefix.ids[:half])
         visible = torch.where(drop[:, None], prefix.visible[half:], prefix.visible[:half])
-        return Prefix(ids, visible, prefix.pad[:half]), self.codes[torch.from_numpy(index)].view(-1, *grid)
+        codes = self.codes[torch.from_numpy(index)].view(-1, *grid).to(ids.device)
+        return Prefix(ids, visible, prefix.pad[:half]), codes
 
 
 def train_sjd2(config: SJD2TrainConfig) -> Path:

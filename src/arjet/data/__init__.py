@@ -1,0 +1,36 @@
+"""The built-in procedural text-to-image domain: coloured shapes, their renders and prompts."""
+
+from .dataset import ShapesDataset, heldout_set, render_reference, split_item, to_tensor, write_heldout
+from .shapes import (
+    BACKGROUND_COLORS,
+    BACKGROUNDS,
+    COLORS,
+    SHAPES,
+    SIZES,
+    Background,
+    Scene,
+    Shape,
+    describe,
+    render,
+    sample_scene,
+)
+
+__all__ = [
+    "BACKGROUNDS",
+    "BACKGROUND_COLORS",
+    "COLORS",
+    "SHAPES",
+    "SIZES",
+    "Background",
+    "Scene",
+    "Shape",
+    "ShapesDataset",
+    "describe",
+    "heldout_set",
+    "render",
+    "render_reference",
+    "sample_scene",
+    "split_item",
+    "to_tensor",
+    "write_heldout",
+]
