@@ -13,10 +13,23 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0).save_pretrained(tmp_path / "model")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\na blue square on a green background\n")
-    code = main([
-        "bench", "--model", str(tmp_path / "model"), "--device", "cpu", "--prompts", str(prompts), "--n", "2",
-        "--samplers", "sjd:window=4;zipar:w=2;lantern:k=4,delta=0.1", "--json", str(tmp_path / "bench.json"),
-    ])
+    code = main(
+        [
+            "bench",
+            "--model",
+            str(tmp_path / "model"),
+            "--device",
+            "cpu",
+            "--prompts",
+            str(prompts),
+            "--n",
+            "2",
+            "--samplers",
+            "sjd:window=4;zipar:w=2;lantern:k=4,delta=0.1",
+            "--json",
+            str(tmp_path / "bench.json"),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "| sampler | forward passes | step compression | s / image | latency speedup |" in printed
@@ -43,7 +56,11 @@ def test_the_same_prompt_and_seed_reach_every_sampler():
 def test_sampler_lists():
     assert parse_specs("sjd,zipar") == ["sjd", "zipar"]
     assert parse_specs("sjd:window=8,init=random;ar") == ["sjd:window=8,init=random", "ar"]
-    assert parse_specs("ar,sjd:window=8,init=random,zipar:w=4") == ["ar", "sjd:window=8,init=random", "zipar:w=4"]
+    assert parse_specs("ar,sjd:window=8,init=random,zipar:w=4") == [
+        "ar",
+        "sjd:window=8,init=random",
+        "zipar:w=4",
+    ]
     with pytest.raises(ValueError, match="names no sampler"):
         parse_specs(" , ")
 

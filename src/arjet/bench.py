@@ -98,7 +98,9 @@ def run_bench(
         for spec in specs:
             with PeakMemory(device) as memory:
                 start = time.perf_counter()
-                out = pipe(prompt, sampler=instances[spec], seed=seed + index, output_type="latent", **call_kwargs)
+                out = pipe(
+                    prompt, sampler=instances[spec], seed=seed + index, output_type="latent", **call_kwargs
+                )
                 _synchronize(device)
                 seconds = time.perf_counter() - start
             if memory.peak_mb is not None:

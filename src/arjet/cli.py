@@ -1,4 +1,4 @@
-"""`arjet` command line: generate | bench | eval | app | train | convert-vqgan.
+"""`arjet` command line: generate | bench | eval | domain-report | app | train | convert-vqgan.
 
 Each command lives in its own module and exposes `register_cli(subparsers)`, which adds its parser and
 sets `func` to the function that runs it; this file only wires them together.
@@ -15,6 +15,7 @@ _COMMANDS = (
     "arjet.commands.generate",
     "arjet.commands.bench",
     "arjet.eval.cli",
+    "arjet.eval.domain",
     "arjet.app.cli",
     "arjet.train.cli",
     "arjet.tokenizers.convert",

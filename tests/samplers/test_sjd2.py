@@ -15,7 +15,10 @@ POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 
 
 def _with_noise_conditioning(pipe, levels=4):
-    noise = NoiseConditioning(hidden_size=pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1], levels=levels)
+    noise = NoiseConditioning(
+        hidden_size=pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1],
+        levels=levels,
+    )
     torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # an untrained-but-active conditioning
     pipe.register_modules(noise_conditioning=noise)
     return pipe
@@ -27,17 +30,29 @@ def _setup(family):
     return pipe, exact_joint(pipe, PROMPT, GRIDS[family], POLICY, 3.0)
 
 
-@pytest.mark.parametrize("sampler", [SJD2(window=4), SJD2(window=3, levels=2), SJD2(window=8, levels=8)], ids=repr)
+@pytest.mark.parametrize(
+    "sampler", [SJD2(window=4), SJD2(window=3, levels=2), SJD2(window=8, levels=8)], ids=repr
+)
 def test_sjd2_is_lossless_with_respect_to_the_noise_conditioned_model(family, sampler):
     pipe, exact = _setup(family)
-    out = pipe(PROMPT, sampler=sampler, num_images_per_prompt=4000, seed=0, guidance_scale=3.0,
-               temperature=POLICY.temperature, top_k=POLICY.top_k, output_type="latent")
+    out = pipe(
+        PROMPT,
+        sampler=sampler,
+        num_images_per_prompt=4000,
+        seed=0,
+        guidance_scale=3.0,
+        temperature=POLICY.temperature,
+        top_k=POLICY.top_k,
+        output_type="latent",
+    )
     assert goodness_of_fit(out.codes.flatten(1), exact) > 1e-3
 
 
 def test_sjd2_greedy_reproduces_greedy_ar(family):
     grid = (4, 4) if family == "janus" else (3, 4)
-    pipe = _with_noise_conditioning(tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0), levels=3)
+    pipe = _with_noise_conditioning(
+        tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0), levels=3
+    )
     ar = pipe(["a red circle", "green star"], temperature=0).codes
     out = pipe(["a red circle", "green star"], sampler=SJD2(window=6), temperature=0)
     assert torch.equal(out.codes, ar)
@@ -51,7 +66,9 @@ def test_sjd2_refuses_a_model_without_the_fine_tune():
         pipe("a red circle", sampler="sjd2")
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [(dict(window=1), "at least 2"), (dict(levels=0), "levels must be")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [(dict(window=1), "at least 2"), (dict(levels=0), "levels must be")]
+)
 def test_bad_sjd2_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SJD2(**kwargs)

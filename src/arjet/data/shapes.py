@@ -292,10 +292,10 @@ def _pick(rng: np.random.Generator, options: list[str]) -> str:
 def _background_phrase(background: Background, rng: np.random.Generator) -> str:
     first, second = background.colors[0], background.colors[-1]
     options = {
-        "plain": [f"on a {first} background", f"on {first}"],
-        "gradient": [f"on a {first} to {second} gradient", "on a gradient background"],
+        "plain": [f"on {_a(first)} background", f"on {first}"],
+        "gradient": [f"on {_a(first)} to {second} gradient", "on a gradient background"],
         "stripes": [f"on {first} and {second} stripes", "on a striped background"],
-        "checker": [f"on a {first} and {second} checkerboard", "on a checkered background"],
-        "noise": [f"on a noisy {first} background", "on a noisy background"],
+        "checker": [f"on {_a(first)} and {second} checkerboard", "on a checkered background"],
+        "noise": ["on a noisy " + first + " background", "on a noisy background"],
     }[background.kind]
     return _pick(rng, options)

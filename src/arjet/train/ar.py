@@ -120,8 +120,8 @@ def encode_split(
     from ..data import ShapesDataset
     from ..tokenizers.janus import JanusVQTokenizer
 
-    dataset = ShapesDataset(split, length=count)
     tokenizer = JanusVQTokenizer(vq)
+    dataset = ShapesDataset(split, size=tokenizer.grid[0] * tokenizer.downsample, length=count)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate
     )

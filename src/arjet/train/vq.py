@@ -44,6 +44,7 @@ class VQTrainConfig:
     workers: int = 2
     threads: int = 2
     log_every: int = 100
+    eval_images: int = 1000
 
 
 def build_vq(config: VQTrainConfig) -> JanusVQVAE:
@@ -156,7 +157,7 @@ def train_vq(config: VQTrainConfig) -> Path:
             progress.set_postfix(psnr=record["psnr"], loss=record["total"])
             append_jsonl(out / "train_log.jsonl", record)
     vq.eval().save_pretrained(out)
-    metrics = evaluate_vq(out, device=config.device)
+    metrics = evaluate_vq(out, count=config.eval_images, device=config.device)
     metrics.update(steps=step, minutes=round((time.time() - start) / 60, 1), config=asdict(config))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return out

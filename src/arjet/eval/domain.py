@@ -1,0 +1,150 @@
+"""`arjet domain-report`: how good the built-in shapes model is, judged by the domain CLIP.
+
+For held-out prompts it generates one image each and measures, next to the same figures for the
+reference renders: the CLIP score, FID with domain-CLIP features (and the floor: FID between two disjoint
+sets of references), and colour / shape accuracy: for every object of a scene, the CLIP must prefer the
+scene's canonical description over the same description with that object's colour (or shape) swapped
+for each other value. On the references that is the domain CLIP's zero-shot accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..data import COLORS, NUMBERS, SHAPES, Scene, heldout_set, render_reference
+from .clip import OpenCLIP, load_clip
+from .features import load_feature_network
+from .metrics import clip_scores, feature_statistics, frechet_distance, image_batches
+
+
+def canonical(scene: Scene) -> str:
+    """One fixed phrasing of a scene (a phrasing the prompt generator also uses)."""
+    objects = scene.objects
+    noun = [f"{o.color} {o.shape}" for o in objects]
+    article = [("an " if n[0] in "aeiou" else "a ") + n for n in noun]
+    if scene.layout == "single":
+        text = article[0]
+    elif scene.layout == "pair":
+        text = f"{article[0]} {'left of' if scene.relation == 'left' else 'above'} {article[1]}"
+    elif scene.layout == "count":
+        item = objects[0]
+        plural = f"{item.shape}es" if item.shape == "cross" else f"{item.shape}s"
+        text = f"{NUMBERS[len(objects)]} {item.color} {plural}"
+    else:
+        text = ", ".join(article[:-1]) + " and " + article[-1]
+    background = scene.background
+    if background.kind == "plain":
+        return f"{text} on a {background.colors[0]} background"
+    return text
+
+
+def _variants(scene: Scene, attribute: str) -> list[tuple[list[str], int]]:
+    """Per object: the canonical texts with that object's `attribute` set to every value, and the true index."""
+    values = list(COLORS) if attribute == "color" else list(SHAPES)
+    groups = (
+        [range(len(scene.objects))] if scene.layout == "count" else [[i] for i in range(len(scene.objects))]
+    )
+    out = []
+    for members in groups:
+        texts = []
+        for value in values:
+            objects = tuple(
+                replace(o, **{attribute: value}) if i in members else o for i, o in enumerate(scene.objects)
+            )
+            texts.append(canonical(replace(scene, objects=objects)))
+        out.append((texts, values.index(getattr(scene.objects[members[0]], attribute))))
+    return out
+
+
+@torch.no_grad()
+def attribute_accuracy(clip: OpenCLIP, images: list, scenes: list[Scene]) -> dict[str, float]:
+    """Fraction of objects whose colour (shape) the CLIP picks among all colours (shapes)."""
+    result = {}
+    for attribute in ("color", "shape"):
+        correct = total = 0
+        for pixels, chunk in zip(image_batches(images, 64), _chunks(scenes, 64), strict=True):
+            embeddings = F.normalize(clip.encode_images(pixels), dim=-1)
+            for embedding, scene in zip(embeddings, chunk, strict=True):
+                for texts, truth in _variants(scene, attribute):
+                    scores = F.normalize(clip.encode_texts(texts), dim=-1) @ embedding
+                    correct += int(scores.argmax()) == truth
+                    total += 1
+        result[attribute] = correct / total
+    return result
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def domain_report(
+    pipe, n: int = 500, sampler: str = "ar", seed: int = 0, clip: str = "domain", batch: int = 50
+) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    items = heldout_set(2 * n)
+    if len(items) < 2 * n:
+        raise ValueError(f"the held-out set has {len(items)} prompts; n must be at most {len(items) // 2}")
+    first, second = items[:n], items[n : 2 * n]
+    size = pipe.default_size()[0]
+    scenes = [Scene.from_dict(item["scene"]) for item in first]
+    prompts = [item["prompt"] for item in first]
+    generated = []
+    pipe.set_progress_bar_config(disable=True)
+    for start in tqdm(range(0, n, batch), desc=f"generating ({sampler})"):
+        out = pipe(prompts[start : start + batch], sampler=sampler, seed=seed + start)
+        generated.extend(out.images)
+    references = [render_reference(item, size) for item in first]
+    other_references = [render_reference(item, size) for item in second]
+    model = load_clip(clip)
+    features = load_feature_network(clip)
+    reference_stats = feature_statistics(features, references)
+    generated_accuracy = attribute_accuracy(model, generated, scenes)
+    reference_accuracy = attribute_accuracy(model, references, scenes)
+    return {
+        "n": n,
+        "sampler": sampler,
+        "clip_score_generated": _mean(clip_scores(model, generated, prompts)),
+        "clip_score_references": _mean(clip_scores(model, references, prompts)),
+        "fid_generated_vs_references": frechet_distance(features, reference_stats, generated),
+        "fid_floor_references_vs_references": frechet_distance(features, reference_stats, other_references),
+        "color_accuracy_generated": generated_accuracy["color"],
+        "shape_accuracy_generated": generated_accuracy["shape"],
+        "color_accuracy_references": reference_accuracy["color"],
+        "shape_accuracy_references": reference_accuracy["shape"],
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    from ..commands.common import add_model_arguments
+
+    parser = subparsers.add_parser("domain-report", help="quality of the built-in shapes model (domain CLIP)")
+    add_model_arguments(parser)
+    parser.add_argument("--n", type=int, default=500, help="held-out prompts (references: 2n)")
+    parser.add_argument("--sampler", default="ar")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..commands.common import load_pipeline
+
+    report = domain_report(load_pipeline(args), n=args.n, sampler=args.sampler, seed=args.seed)
+    for key, value in report.items():
+        print(f"{key:40s} {value:.4f}" if isinstance(value, float) else f"{key:40s} {value}")
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,55 @@
+"""The models shipped in the package: present, small, loadable, and every sampler runs on them."""
+
+import pytest
+import torch
+
+import arjet
+from arjet.builtin import assets_dir
+from arjet.cli import main
+from arjet.eval.clip import load_clip
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    pipe = arjet.load()
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_built_in_models_are_listed_and_small():
+    assert {"shapes", "shapes-sjd2"} <= set(arjet.available_models())
+    total = sum(f.stat().st_size for f in assets_dir().rglob("*") if f.is_file())
+    assert total <= 40 * 2**20, f"assets are {total / 2**20:.1f} MB"
+
+
+def test_load_gives_a_float32_janus_pipeline(shapes):
+    assert isinstance(shapes, arjet.JanusPipeline) and shapes.dtype == torch.float32
+    assert shapes.default_size() == (64, 64) and shapes.image_tokenizer.grid == (16, 16)
+    with pytest.raises(ValueError, match="unknown built-in model 'nope'"):
+        arjet.load("nope")
+
+
+@pytest.mark.parametrize(
+    "sampler", ["ar", "sjd", "mc-sjd", "zipar", "zipar+sjd", "lantern:k=16,delta=0.1", "zipar+lantern:k=16"]
+)
+def test_every_sampler_makes_an_image(shapes, sampler):
+    out = shapes("a red circle left of a blue square", sampler=sampler, seed=0)
+    assert out.images[0].size == (64, 64) and out.stats[0].tokens == 256
+    assert out.stats[0].forward_passes <= 256
+
+
+def test_sjd2_runs_on_its_fine_tuned_variant():
+    pipe = arjet.load("shapes-sjd2")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe("three green triangles", sampler="sjd2", seed=0)
+    assert out.stats[0].tokens == 256 and out.stats[0].forward_passes < 256
+
+
+def test_generate_cli_defaults_to_the_built_in_model(tmp_path, capsys):
+    assert main(["generate", "a red circle left of a blue square", "--out", str(tmp_path / "out.png")]) == 0
+    assert (tmp_path / "out.png").is_file() and "256 codes" in capsys.readouterr().out
+
+
+def test_domain_clip_is_shipped():
+    clip = load_clip("domain")
+    assert clip.encode_texts(["a red circle"]).shape[0] == 1

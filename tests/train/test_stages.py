@@ -1,0 +1,166 @@
+"""Every `arjet train` stage runs end to end at a toy size and leaves a loadable result."""
+
+import json
+
+import pytest
+import torch
+
+import arjet
+from arjet.cli import main
+from arjet.eval.clip import load_clip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A toy VQ and a toy AR model on top of it (shared by the tests below)."""
+    root = tmp_path_factory.mktemp("train")
+    assert (
+        main(
+            [
+                "train",
+                "vq",
+                "--out",
+                str(root / "vq"),
+                "--image-size",
+                "32",
+                "--channel-multiplier",
+                "1,2",
+                "--num-res-blocks",
+                "1",
+                "--codebook-size",
+                "16",
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "2",
+                "--workers",
+                "0",
+                "--eval-images",
+                "8",
+                "--log-every",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "ar",
+                "--vq",
+                str(root / "vq"),
+                "--out",
+                str(root / "ar"),
+                "--train-images",
+                "16",
+                "--heldout-images",
+                "8",
+                "--hidden-size",
+                "32",
+                "--layers",
+                "1",
+                "--heads",
+                "2",
+                "--kv-heads",
+                "1",
+                "--intermediate-size",
+                "64",
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "2",
+                "--eval-every",
+                "1",
+            ]
+        )
+        == 0
+    )
+    return root
+
+
+def test_vq_stage_reports_psnr_and_usage(trained):
+    metrics = json.loads((trained / "vq" / "metrics.json").read_text())
+    assert {"psnr_mean", "psnr_p10", "codebook_used"} <= set(metrics) and metrics["steps"] == 2
+
+
+def test_ar_stage_saves_a_working_pipeline(trained):
+    pipe = arjet.ARPipeline.from_pretrained(str(trained / "ar" / "pipeline"))
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe("a red circle", seed=0, sampler="sjd:window=4")
+    assert out.codes.shape == (1, 16, 16) and out.images[0].size == (32, 32)
+    log = [json.loads(line) for line in (trained / "ar" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["final"] and log[-1]["heldout_loss"] > 0
+
+
+def test_sjd2_stage_adds_noise_conditioning(trained):
+    out = trained / "sjd2"
+    assert (
+        main(
+            [
+                "train",
+                "sjd2",
+                "--base",
+                str(trained / "ar" / "pipeline"),
+                "--out",
+                str(out),
+                "--data-cache",
+                str(trained / "ar" / "cache"),
+                "--images",
+                "16",
+                "--batch-size",
+                "4",
+                "--max-steps",
+                "2",
+                "--levels",
+                "4",
+                "--bf16",
+                "false",
+            ]
+        )
+        == 0
+    )
+    pipe = arjet.ARPipeline.from_pretrained(str(out / "pipeline"))
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.noise_conditioning is not None
+    assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
+
+
+def test_clip_stage_saves_a_clip_folder(tmp_path):
+    out = tmp_path / "clip"
+    assert (
+        main(
+            [
+                "train",
+                "clip",
+                "--out",
+                str(out),
+                "--images",
+                "64",
+                "--image-size",
+                "32",
+                "--patch-size",
+                "8",
+                "--vision-width",
+                "32",
+                "--vision-layers",
+                "1",
+                "--text-width",
+                "32",
+                "--text-layers",
+                "1",
+                "--embed-dim",
+                "16",
+                "--batch-size",
+                "8",
+                "--max-steps",
+                "2",
+                "--log",
+                str(tmp_path / "log.jsonl"),
+            ]
+        )
+        == 0
+    )
+    clip = load_clip(f"domain:{out}")
+    assert clip.encode_texts(["a red circle"]).shape == (1, 16)
+    assert clip.encode_images(torch.rand(1, 3, 32, 32)).shape == (1, 16)
