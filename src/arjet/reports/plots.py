@@ -86,7 +86,7 @@ def commit_step_maps(maps: Mapping[str, Sequence[tuple[str, np.ndarray]]]) -> Fi
     on one colour scale per sampler (1 to its largest pass count), so each row shows its decoding order."""
     samplers = list(maps)
     columns = max(len(images) for images in maps.values())
-    figure = Figure(figsize=(2.3 * columns + 1.4, 2.3 * len(samplers) + 0.6), layout="constrained")
+    figure = Figure(figsize=(max(2.3 * columns + 1.4, 5.0), 2.3 * len(samplers) + 0.6), layout="constrained")
     axes = figure.subplots(len(samplers), columns, squeeze=False)
     for r, spec in enumerate(samplers):
         top = max(int(grid.max()) for _, grid in maps[spec])
@@ -104,7 +104,7 @@ def commit_step_maps(maps: Mapping[str, Sequence[tuple[str, np.ndarray]]]) -> Fi
             if c == 0:
                 ax.set_ylabel(spec, fontsize=10)
         figure.colorbar(shown, ax=axes[r].tolist(), shrink=0.9, label="forward pass")
-    figure.suptitle("commit-step maps: the forward pass that fixed each cell")
+    figure.suptitle("the forward pass that fixed each cell")
     return figure
 
 

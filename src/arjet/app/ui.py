@@ -1,0 +1,204 @@
+"""The Gradio page: prompt and sampler settings in, a live canvas, a commit-step heat map and stats out.
+
+Two actions share one queue slot (`concurrency_id="decode"`, one decode at a time: one GPU) and a bounded
+queue: *Generate* streams the chosen sampler; *Compare with ar* runs the same prompt and seed with the chosen
+sampler and then with `ar`, side by side. Every bad input becomes a `gr.Error` shown in the page.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import gradio as gr
+import PIL.Image
+
+from .. import samplers
+from ..builtin import available_models, load_model
+from ..pipelines.base import ARPipelineOutput
+from ..reports.plots import commit_step_maps
+from .live import stream_decode
+from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
+
+DISPLAY_SIZE = 320
+EXAMPLES = [
+    "a red circle left of a blue square",
+    "three green triangles",
+    "a yellow star above a purple heart on a striped background",
+]
+OPTION_HINTS = {
+    "sjd": "window=16, init=sample_horizontal",
+    "mc-sjd": "window=16",
+    "sjd2": "window=64",
+    "zipar": "w=4",
+    "zipar+sjd": "w=4, window=4",
+    "lantern": "k=16, delta=0.1",
+    "zipar+lantern": "w=4, k=16, delta=0.1",
+}
+
+
+class ModelShelf:
+    """The pipelines the operator offered at launch, loaded on first use and kept."""
+
+    def __init__(self, models: Mapping[str, str], device: str | None = None):
+        if not models:
+            raise ValueError("the demo needs at least one model")
+        self.sources = dict(models)
+        self.device = device
+        self._loaded: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, label: str):
+        if label not in self.sources:
+            raise ValueError(f"Unknown model {label!r}; choose one of {', '.join(self.sources)}.")
+        with self._lock:
+            if label not in self._loaded:
+                pipe = load_model(self.sources[label])
+                if self.device:
+                    pipe = pipe.to(self.device)
+                pipe.set_progress_bar_config(disable=True)
+                self._loaded[label] = pipe
+            return self._loaded[label]
+
+
+def default_models() -> dict[str, str]:
+    return {name: name for name in available_models()}
+
+
+def build_demo(
+    models: Mapping[str, str] | None = None,
+    device: str | None = None,
+    max_prompt_chars: int = MAX_PROMPT_CHARS,
+    max_queue: int = 16,
+) -> gr.Blocks:
+    """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins)."""
+    shelf = ModelShelf(models or default_models(), device)
+    names = samplers.available()
+
+    decode, compare = (_handler(shelf, with_ar, max_prompt_chars) for with_ar in (False, True))
+
+    with gr.Blocks(title="arjet: parallel decoding for AR image models") as demo:
+        gr.Markdown(
+            "# arjet\nWatch a decoder fill in the image, see which forward pass fixed each cell, and compare "
+            "with plain autoregressive decoding (`ar`) on the same prompt and seed."
+        )
+        with gr.Row():
+            with gr.Column(scale=1):
+                prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], max_lines=3)
+                model = gr.Dropdown(list(shelf.sources), value=next(iter(shelf.sources)), label="Model")
+                sampler = gr.Dropdown(names, value="sjd" if "sjd" in names else names[0], label="Sampler")
+                options = gr.Textbox(
+                    label="Sampler options",
+                    placeholder=OPTION_HINTS["sjd"],
+                    info="key=value, comma separated",
+                )
+                with gr.Row():
+                    seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
+                    guidance = gr.Slider(0, 20, value=3.0, step=0.5, label="CFG scale")
+                with gr.Row():
+                    temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
+                    top_k = gr.Number(value=0, precision=0, label="Top-k (0 = model default)", minimum=0)
+                with gr.Row():
+                    generate = gr.Button("Generate", variant="primary")
+                    versus = gr.Button("Compare with ar")
+                gr.Examples(EXAMPLES, inputs=prompt)
+            with gr.Column(scale=2):
+                with gr.Row():
+                    image = gr.Image(
+                        label="Sampler", type="pil", format="png", height=DISPLAY_SIZE, elem_id="live-image"
+                    )
+                    baseline = gr.Image(
+                        label="ar (compare mode)", type="pil", format="png", height=DISPLAY_SIZE
+                    )
+                stats = gr.Markdown("Press **Generate**.", label="stats", elem_id="stats")
+                heat = gr.Image(label="Commit-step map", type="pil", format="png", elem_id="heat-map")
+        sampler.change(
+            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, "")),
+            sampler,
+            options,
+            queue=False,
+            api_visibility="private",
+        )
+        inputs = [model, prompt, sampler, options, seed, guidance, temperature, top_k]
+        outputs = [image, baseline, heat, stats]
+        generate.click(
+            decode, inputs, outputs, api_name="generate", concurrency_limit=1, concurrency_id="decode"
+        )
+        versus.click(
+            compare, inputs, outputs, api_name="compare", concurrency_limit=1, concurrency_id="decode"
+        )
+    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    return demo
+
+
+def _handler(shelf: ModelShelf, with_ar: bool, max_chars: int):
+    """The event function (Gradio reads its signature: eight inputs, then the progress tracker)."""
+
+    def handle(model, prompt, sampler, options, seed, guidance, temperature, top_k, progress=gr.Progress()):
+        inputs = (prompt, sampler, options, seed, guidance, temperature, top_k)
+        yield from _run(shelf, model, inputs, with_ar, progress, max_chars)
+
+    return handle
+
+
+def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, max_chars: int):
+    try:
+        request = make_request(*inputs, max_prompt_chars=max_chars)
+        pipe = shelf.get(model)
+    except (ValueError, FileNotFoundError) as error:
+        raise gr.Error(str(error)) from None
+    runs = [request.sampler] + (["ar"] if with_ar else [])
+    shown: list[PIL.Image.Image | None] = [None, None]
+    outputs: dict[str, ARPipelineOutput] = {}
+    try:
+        for index, spec in enumerate(runs):
+            for frame in _frames(pipe, request, spec):
+                progress(frame.decoded / frame.total, desc=f"{spec}: {frame.decoded}/{frame.total} codes")
+                shown[index] = _enlarge(frame.canvas)
+                if frame.output is not None:
+                    outputs[spec] = frame.output
+                yield *shown, None, f"**{spec}**: {frame.decoded} / {frame.total} codes decoded"
+    except ValueError as error:  # e.g. a sampler that needs a fine-tuned model (sjd2)
+        raise gr.Error(str(error)) from None
+    yield *shown, _heat_map(outputs, request), _stats_table(outputs, runs)
+
+
+def _frames(pipe, request: DecodeRequest, spec: str):
+    return stream_decode(pipe, request.prompt, spec, **request.pipeline_kwargs())
+
+
+def _enlarge(image: PIL.Image.Image) -> PIL.Image.Image:
+    scale = max(1, DISPLAY_SIZE // max(image.size))
+    return image.resize((image.width * scale, image.height * scale), PIL.Image.NEAREST)
+
+
+def _heat_map(outputs: Mapping[str, ARPipelineOutput], request: DecodeRequest) -> PIL.Image.Image:
+    maps = {
+        spec: [(f"seed {request.seed}", out.stats[0].commit_step.cpu().numpy())]
+        for spec, out in outputs.items()
+    }
+    figure = commit_step_maps(maps)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    return PIL.Image.open(io.BytesIO(buffer.getvalue()))
+
+
+def _stats_table(outputs: Mapping[str, ARPipelineOutput], runs: list[str]) -> str:
+    lines = [
+        "| sampler | forward passes | codes | step compression | seconds |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for spec in runs:
+        stat = outputs[spec].stats[0]
+        lines.append(
+            f"| `{spec}` | {stat.forward_passes} | {stat.tokens} | {stat.compression:.2f}x | {stat.seconds:.2f} |"
+        )
+    if "ar" in outputs and len(runs) > 1:
+        ours, ar = outputs[runs[0]].stats[0], outputs["ar"].stats[0]
+        lines.append(
+            f"\n`{runs[0]}` used {ar.forward_passes / ours.forward_passes:.2f}x fewer forward passes than `ar` "
+            f"and ran {ar.seconds / max(ours.seconds, 1e-9):.2f}x faster (seconds include this page's previews)."
+        )
+    return "\n".join(lines)

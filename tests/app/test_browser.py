@@ -1,0 +1,52 @@
+"""The page in headless Chromium (Debian's, driven by Playwright): click Generate, wait for the image, screenshot.
+
+Set ARJET_APP_SCREENSHOT=path to keep the full-page screenshot (README's docs/app.png is made this way).
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).is_file(), reason="Debian's chromium is not installed (scripts/install.sh installs it)"
+)
+
+
+def test_clicking_generate_renders_an_image(served_demo, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(served_demo, wait_until="networkidle")
+        page.get_by_role("button", name="Generate", exact=True).click()
+        page.locator("#stats").get_by_text("forward passes").wait_for(timeout=120_000)
+        image = page.locator("#live-image img")
+        image.wait_for(timeout=10_000)
+        natural_width = image.evaluate("img => img.complete ? img.naturalWidth : 0")
+        shot = tmp_path / "image.png"
+        image.screenshot(path=str(shot))
+        page_shot = Path(os.environ.get("ARJET_APP_SCREENSHOT") or tmp_path / "page.png")
+        page_shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(page_shot), full_page=True)
+        browser.close()
+    assert natural_width == 320
+    pixels = np.asarray(PIL.Image.open(shot).convert("RGB"), dtype=np.float32)
+    colours = {tuple(c) for c in (pixels[::8, ::8] // 32).reshape(-1, 3).astype(int).tolist()}
+    assert pixels.std() > 10 and len(colours) >= 4, "the screenshot shows no rendered image"
+    assert PIL.Image.open(page_shot).size[0] == 1280

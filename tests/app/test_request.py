@@ -1,0 +1,45 @@
+"""Every value a visitor can send is checked before model work, with a message naming it."""
+
+import pytest
+
+from arjet.app.request import MAX_PROMPT_CHARS, make_request, sampler_spec
+
+GOOD = dict(prompt="a red circle", sampler="sjd", options="", seed=0, guidance_scale=3.0, temperature=1.0, top_k=0)
+
+
+def _request(**changes):
+    return make_request(**{**GOOD, **changes})
+
+
+def test_a_good_request_becomes_pipeline_arguments():
+    request = _request(options="window=8, init=random", seed=7.0, top_k=16)
+    assert request.sampler == "sjd:window=8,init=random"
+    assert request.pipeline_kwargs() == dict(seed=7, guidance_scale=3.0, temperature=1.0, top_k=16)
+    assert request.build_sampler().window == 8
+    assert _request().pipeline_kwargs()["top_k"] is None
+
+
+def test_sampler_spec_ignores_blank_options():
+    assert sampler_spec("zipar", " , ") == "zipar"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(prompt="   "), "prompt is empty"),
+        (dict(prompt=None), "prompt is empty"),
+        (dict(prompt="x" * (MAX_PROMPT_CHARS + 1)), f"at most {MAX_PROMPT_CHARS}"),
+        (dict(sampler="fast"), "Unknown sampler 'fast'"),
+        (dict(options="window"), "Bad sampler options 'window'"),
+        (dict(options="speed=3"), "Bad sampler options 'speed=3'"),
+        (dict(seed=-1), "seed must be a whole number from 0"),
+        (dict(seed=1.5), "seed must be a whole number"),
+        (dict(guidance_scale=25.0), "guidance_scale must be a number from 0 to 20"),
+        (dict(temperature=-0.1), "temperature must be a number from 0 to 5"),
+        (dict(temperature=None), "temperature must be a number"),
+        (dict(top_k=-3), "top_k must be a whole number from 0"),
+    ],
+)
+def test_bad_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _request(**changes)

@@ -1,0 +1,75 @@
+"""The demo served on 127.0.0.1 and driven through its API with gradio_client: streaming, compare, errors."""
+
+import numpy as np
+import PIL.Image
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+PROMPT = "a red circle left of a blue square"
+
+
+@pytest.fixture(scope="module")
+def client(served_demo):
+    return Client(served_demo, verbose=False)
+
+
+def _arguments(prompt=PROMPT, sampler="sjd", options="", seed=0, guidance=3.0, temperature=1.0, top_k=0):
+    return ("shapes", prompt, sampler, options, seed, guidance, temperature, top_k)
+
+
+def _pixels(path) -> np.ndarray:
+    return np.asarray(PIL.Image.open(path).convert("RGB"), dtype=np.float32)
+
+
+def test_generate_streams_the_canvas_then_the_heat_map_and_stats(client):
+    job = client.submit(*_arguments(sampler="sjd", options="window=8"), api_name="/generate")
+    image, baseline, heat, stats = job.result()
+    frames = job.outputs()
+    assert len(frames) >= 3, "expected intermediate canvases before the final image"
+    first_canvas = _pixels(frames[0][0])
+    assert (np.abs(first_canvas - 128).max(-1) <= 1).mean() > 0.5, "an early canvas is mostly undecoded grey"
+    assert all(frame[2] is None for frame in frames[:-1]), "the heat map comes only at the end"
+    final = _pixels(image)
+    assert final.shape == (320, 320, 3) and final.std() > 10
+    assert baseline is None and _pixels(heat).std() > 10
+    assert "`sjd:window=8`" in stats and "| 256 |" in stats
+
+
+def test_compare_shows_the_sampler_next_to_ar(client):
+    image, baseline, heat, stats = client.predict(*_arguments(sampler="zipar", options="w=4"), api_name="/compare")
+    assert _pixels(image).std() > 10 and _pixels(baseline).std() > 10
+    assert "`zipar:w=4`" in stats and "| `ar` | 256 | 256 | 1.00x |" in stats
+    assert "fewer forward passes than `ar`" in stats
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(prompt=""), "The prompt is empty"),
+        (dict(prompt="a red circle " * 40), "at most 300 are allowed"),
+        (dict(options="window=0"), "Bad sampler options"),
+        (dict(sampler="sjd2"), "sjd2 needs a checkpoint fine-tuned"),
+        (dict(temperature=9.0), "greater than maximum"),
+    ],
+)
+def test_bad_input_gives_a_message_and_the_server_keeps_serving(client, changes, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(*_arguments(**changes), api_name="/generate")
+    image, *_ = client.predict(*_arguments(sampler="ar", seed=1), api_name="/generate")
+    assert _pixels(image).std() > 10
+
+
+def test_a_burst_of_requests_is_bounded_by_the_queue(client):
+    jobs = [client.submit(*_arguments(sampler="ar", seed=i), api_name="/generate") for i in range(10)]
+    served, refused = 0, 0
+    for job in jobs:
+        try:
+            job.result()
+            served += 1
+        except Exception as error:  # gradio_client reports a full queue as QueueError
+            assert "Queue is full" in str(error)
+            refused += 1
+    assert served >= 1 and refused >= 1
+    image, *_ = client.predict(*_arguments(sampler="ar", seed=2), api_name="/generate")
+    assert _pixels(image).std() > 10
