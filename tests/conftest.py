@@ -15,3 +15,13 @@ FAMILIES = ("janus", "emu3", "lumina_mgpt")
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param
+
+
+@pytest.fixture(scope="session")
+def builtin_pipe():
+    """The built-in shapes pipeline (float32, CPU), loaded once for every test that needs it."""
+    import arjet
+
+    pipe = arjet.load()
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

@@ -9,11 +9,9 @@ from arjet.cli import main
 from arjet.eval.clip import load_clip
 
 
-@pytest.fixture(scope="module")
-def shapes():
-    pipe = arjet.load()
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+@pytest.fixture
+def shapes(builtin_pipe):
+    return builtin_pipe
 
 
 def test_built_in_models_are_listed_and_small():

@@ -37,7 +37,9 @@ def test_generate_streams_the_canvas_then_the_heat_map_and_stats(client):
 
 
 def test_compare_shows_the_sampler_next_to_ar(client):
-    image, baseline, heat, stats = client.predict(*_arguments(sampler="zipar", options="w=4"), api_name="/compare")
+    image, baseline, heat, stats = client.predict(
+        *_arguments(sampler="zipar", options="w=4"), api_name="/compare"
+    )
     assert _pixels(image).std() > 10 and _pixels(baseline).std() > 10
     assert "`zipar:w=4`" in stats and "| `ar` | 256 | 256 | 1.00x |" in stats
     assert "fewer forward passes than `ar`" in stats

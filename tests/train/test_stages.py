@@ -2,12 +2,15 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 import arjet
 from arjet.cli import main
+from arjet.data import Scene, heldout_set
 from arjet.eval.clip import load_clip
+from arjet.train.clip import swap_shape
 
 
 @pytest.fixture(scope="module")
@@ -126,41 +129,47 @@ def test_sjd2_stage_adds_noise_conditioning(trained):
     assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
 
 
-def test_clip_stage_saves_a_clip_folder(tmp_path):
+def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path):
     out = tmp_path / "clip"
-    assert (
-        main(
-            [
-                "train",
-                "clip",
-                "--out",
-                str(out),
-                "--images",
-                "64",
-                "--image-size",
-                "32",
-                "--patch-size",
-                "8",
-                "--vision-width",
-                "32",
-                "--vision-layers",
-                "1",
-                "--text-width",
-                "32",
-                "--text-layers",
-                "1",
-                "--embed-dim",
-                "16",
-                "--batch-size",
-                "8",
-                "--max-steps",
-                "2",
-                "--log",
-                str(tmp_path / "log.jsonl"),
-            ]
-        )
-        == 0
-    )
+    arguments = [
+        "train",
+        "clip",
+        "--images",
+        "64",
+        "--image-size",
+        "32",
+        "--patch-size",
+        "8",
+        "--vision-width",
+        "32",
+        "--vision-layers",
+        "1",
+        "--text-width",
+        "32",
+        "--text-layers",
+        "1",
+        "--embed-dim",
+        "16",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--log",
+        str(tmp_path / "log.jsonl"),
+    ]
+    assert main([*arguments, "--out", str(out)]) == 0
     clip = load_clip(f"domain:{out}")
     assert clip.encode_texts(["a red circle"]).shape == (1, 16)
     assert clip.encode_images(torch.rand(1, 3, 32, 32)).shape == (1, 16)
+    assert main([*arguments, "--out", str(tmp_path / "again"), "--init", str(out)]) == 0
+    assert load_clip(f"domain:{tmp_path / 'again'}").encode_texts(["a blue star"]).shape == (1, 16)
+
+
+def test_shape_swapped_captions_change_exactly_the_shapes():
+    rng = np.random.default_rng(0)
+    for item in heldout_set(60):
+        scene = Scene.from_dict(item["scene"])
+        swapped = swap_shape(scene, rng)
+        changed = [a.shape != b.shape for a, b in zip(scene.objects, swapped.objects, strict=True)]
+        assert all(changed) if scene.layout == "count" else sum(changed) == 1
+        assert [o.color for o in swapped.objects] == [o.color for o in scene.objects]

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import samplers
-from ..samplers import Sampler
 
 MAX_PROMPT_CHARS = 300
 MAX_SEED = 2**31 - 1
@@ -23,9 +22,6 @@ class DecodeRequest:
     guidance_scale: float
     temperature: float
     top_k: int  # 0 = the model's default
-
-    def build_sampler(self) -> Sampler:
-        return samplers.get(self.sampler)
 
     def pipeline_kwargs(self) -> dict[str, Any]:
         return dict(

@@ -14,6 +14,7 @@ import torch
 from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
+from ..session.adapter import run_decoder
 from ..session.noise import NoiseConditioning
 from ..text_tokenizer import build_word_tokenizer
 from ..tokenizers.janus import JanusVQTokenizer
@@ -43,14 +44,9 @@ class JanusAdapter:
         return self.model.prepare_embeddings_for_image_generation(codes)
 
     def hidden_states(self, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:
-        output = self.model.model.language_model(
-            inputs_embeds=inputs_embeds,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            past_key_values=cache,
-            use_cache=cache is not None,
+        return run_decoder(
+            self.model.model.language_model, inputs_embeds, position_ids, attention_mask, cache
         )
-        return output.last_hidden_state
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.model.generation_head(hidden)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..session.adapter import run_decoder
+
 
 class VocabularyCodeAdapter:
     """Code `k` is token `code_token_ids[k]`: embedded by the LM's input embeddings and scored by the LM head
@@ -38,14 +40,7 @@ class VocabularyCodeAdapter:
         return self.embeddings(self._token_ids[codes])
 
     def hidden_states(self, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:
-        output = self.backbone(
-            inputs_embeds=inputs_embeds,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            past_key_values=cache,
-            use_cache=cache is not None,
-        )
-        return output.last_hidden_state
+        return run_decoder(self.backbone, inputs_embeds, position_ids, attention_mask, cache)
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self._head_weight, self._head_bias)

@@ -30,3 +30,16 @@ class ModelAdapter(Protocol):
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-code logits over the image vocabulary, `[N, m, d] -> [N, m, V]`."""
+
+
+def run_decoder(backbone, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:
+    """`hidden_states` for a transformers decoder stack (`LlamaModel`-like): explicit positions and mask,
+    the session's cache, last hidden state out."""
+    output = backbone(
+        inputs_embeds=inputs_embeds,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        past_key_values=cache,
+        use_cache=cache is not None,
+    )
+    return output.last_hidden_state

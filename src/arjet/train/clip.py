@@ -46,6 +46,8 @@ class ClipTrainConfig:
     threads: int = 2
     log_every: int = 100
     log: str = "artifacts/clip/train_log.jsonl"
+    init: str = ""  # a CLIP folder to continue from (same config)
+    hard_negatives: bool = True  # each image also scored against its caption with one shape swapped
 
 
 def clip_tokenizer(words: list[str]):
@@ -84,6 +86,22 @@ def model_config(config: ClipTrainConfig, vocab_size: int, pad_id: int, eos_id: 
     }
 
 
+def swap_shape(scene, rng: np.random.Generator):
+    """The scene with one object's shape (every object's, for a count scene) changed to another shape."""
+    from dataclasses import replace
+
+    from ..data import SHAPES
+
+    target = int(rng.integers(len(scene.objects)))
+    shape = scene.objects[target].shape
+    other = SHAPES[(SHAPES.index(shape) + 1 + int(rng.integers(len(SHAPES) - 1))) % len(SHAPES)]
+    objects = tuple(
+        replace(o, shape=other) if scene.layout == "count" or i == target else o
+        for i, o in enumerate(scene.objects)
+    )
+    return replace(scene, objects=objects)
+
+
 def _render_set(config: ClipTrainConfig) -> tuple[torch.Tensor, list]:
     from ..data import Scene, ShapesDataset
 
@@ -115,6 +133,12 @@ def train_clip(config: ClipTrainConfig) -> Path:
     tokenizer = clip_tokenizer(domain_words(seed=config.seed))
     cfg = model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     model = open_clip.CLIP(**cfg)
+    if config.init:
+        from safetensors.torch import load_file
+
+        from ..eval.clip import WEIGHTS_FILE
+
+        model.load_state_dict({k: v.float() for k, v in load_file(Path(config.init) / WEIGHTS_FILE).items()})
     mean, std = (
         torch.tensor(open_clip.OPENAI_DATASET_MEAN).view(1, 3, 1, 1),
         torch.tensor(open_clip.OPENAI_DATASET_STD).view(1, 3, 1, 1),
@@ -128,8 +152,11 @@ def train_clip(config: ClipTrainConfig) -> Path:
     while step < config.max_steps and time.time() - start < config.max_minutes * 60:
         index = rng.integers(0, len(scenes), config.batch_size)
         pixels = (images[torch.from_numpy(index)].float() / 255 - mean) / std
+        captions = [describe(scenes[i], rng) for i in index]
+        if config.hard_negatives:
+            captions += [describe(swap_shape(scenes[i], rng), rng) for i in index]
         texts = tokenizer(
-            [describe(scenes[i], rng) for i in index],
+            captions,
             padding="max_length",
             truncation=True,
             max_length=config.context_length,
@@ -140,9 +167,9 @@ def train_clip(config: ClipTrainConfig) -> Path:
         for group in optimizer.param_groups:
             group["lr"] = config.lr * warm * max(decay, 0.05)
         image_features, text_features, scale = model(pixels, texts)
-        logits = scale * image_features @ text_features.T
+        logits = scale * image_features @ text_features.T  # [B, B] or [B, 2B] with the hard negatives
         target = torch.arange(len(index))
-        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits[:, : len(index)].T, target)) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
