@@ -1,5 +1,7 @@
 """The contract every pipeline keeps, run on a tiny random model of each family."""
 
+import io
+
 import numpy as np
 import PIL.Image
 import pytest
@@ -130,22 +132,60 @@ BAD_INPUTS = [
     (dict(prompt=[]), "prompt must be a non-empty string"),
     (dict(prompt=["ok", None]), "prompt must contain only strings"),
     (dict(sampler="nope"), "unknown sampler 'nope'; available: ar"),
+    (dict(sampler="sjd:window=0"), "window"),
     (dict(top_k=0), "top_k must be a positive integer, got 0"),
     (dict(top_k=-3), "top_k must be a positive integer"),
     (dict(top_p=0.0), r"top_p must be in \(0, 1\], got 0.0"),
     (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
-    (dict(temperature=-1.0), "temperature must be a number >= 0"),
-    (dict(guidance_scale=-2.0), "guidance_scale must be a number >= 0"),
+    (dict(top_p=float("nan")), r"top_p must be in \(0, 1\], got nan"),
+    (dict(top_p=float("inf")), r"top_p must be in \(0, 1\], got inf"),
+    (dict(temperature=-1.0), r"temperature must be a finite number >= 0 \(0 = greedy\), got -1.0"),
+    (dict(temperature=float("inf")), "temperature must be a finite number >= 0.*got inf"),
+    (dict(temperature=float("nan")), "temperature must be a finite number >= 0.*got nan"),
+    (dict(guidance_scale=-2.0), "guidance_scale must be a finite number >= 0.*got -2.0"),
+    (dict(guidance_scale=float("inf")), "guidance_scale must be a finite number >= 0.*got inf"),
+    (dict(guidance_scale=float("nan")), "guidance_scale must be a finite number >= 0.*got nan"),
     (dict(num_images_per_prompt=0), "num_images_per_prompt must be >= 1"),
+    (dict(num_images_per_prompt=1.0), "num_images_per_prompt must be an integer >= 1, got 1.0"),
     (dict(height=7), "height"),
+    (dict(width=7), "width"),
+    (dict(height=0), "height must be a positive integer \\(pixels\\).*got 0"),
+    (dict(width=0), "width must be a positive integer \\(pixels\\).*got 0"),
+    (dict(height=-64), "height must be a positive integer.*got -64"),
+    (dict(width=12.5), "width must be a positive integer.*got 12.5"),
     (dict(output_type="jpeg"), "output_type must be one of"),
     (dict(seed=[1, 2, 3]), "seed must be an int or a list of 1 ints"),
+    (dict(seed=1, generator=torch.Generator()), "pass either generator or seed"),
     (dict(callback_on_step_end_tensor_inputs=["latents"]), "callback tensor inputs"),
+    (dict(callback_on_step_end="print"), "callback_on_step_end must be callable"),
 ]
 
+# sizes each family cannot make, for the tiny models of GRID: Janus makes 6x6 only; Emu3 any multiple of its
+# 2-px codes within 512 positions; Lumina-mGPT at most 96x96 pixels in 32-px units, aspect ratio up to 4
+FAMILY_BAD_INPUTS = {
+    "janus": [
+        (dict(height=8, width=6), "makes 6x6 images only, got height=8, width=6"),
+        (dict(aspect_ratio="1:1"), "JanusPipeline does not take an aspect_ratio"),
+    ],
+    "emu3": [
+        (dict(width=7), "width must be a positive multiple of 2 pixels, got 7"),
+        (dict(height=64, width=64), "height=64, width=64 needs 1056 image tokens.*512 positions"),
+        (dict(aspect_ratio="wide"), "aspect_ratio must look like '16:9'.*got 'wide'"),
+        (dict(aspect_ratio="0:1"), "aspect_ratio must look like '16:9'"),
+        (dict(aspect_ratio=1.5), "aspect_ratio must look like '16:9'.*got 1.5"),
+        (dict(aspect_ratio="1:1", height=4), "pass either aspect_ratio or height/width, not both"),
+        (dict(aspect_ratio="100000:1"), "width=1898 needs 950 image tokens.*512 positions"),
+    ],
+    "lumina_mgpt": [
+        (dict(width=48), "width must be a positive multiple of 32 pixels, got 48"),
+        (dict(height=128, width=96), "height=128, width=96 is 12288 pixels.*at most 96x96 = 9216"),
+        (dict(height=32, width=160), "aspect ratio of 5.*aspect ratios up to 4"),
+        (dict(aspect_ratio="1:1"), "LuminaMGPTPipeline does not take an aspect_ratio"),
+    ],
+}
 
-@pytest.mark.parametrize(("kwargs", "message"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
-def test_bad_input_raises_before_any_model_work(pipe, kwargs, message):
+
+def _assert_raises_before_model_work(pipe, kwargs, message):
     calls = []
     handle = pipe.model.register_forward_pre_hook(lambda *a: calls.append(1))
     forwards = []
@@ -161,13 +201,132 @@ def test_bad_input_raises_before_any_model_work(pipe, kwargs, message):
     assert not calls and not forwards
 
 
-def test_negative_prompt_only_where_the_family_uses_it(pipe):
-    if pipe.supports_negative_prompt:
-        a = pipe(PROMPTS[0], negative_prompt="blurry", seed=0).codes
-        b = pipe(PROMPTS[0], negative_prompt="a red circle", seed=0).codes
-        assert a.shape == b.shape
-        with pytest.raises(ValueError, match="negative prompts for 2 prompts"):
-            pipe(PROMPTS, negative_prompt=["x", "y", "z"])
-    else:
+@pytest.mark.parametrize(("kwargs", "message"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_raises_before_any_model_work(pipe, kwargs, message):
+    _assert_raises_before_model_work(pipe, kwargs, message)
+
+
+def test_bad_size_for_the_family_raises_before_any_model_work(pipe, family):
+    for kwargs, message in FAMILY_BAD_INPUTS[family]:
+        _assert_raises_before_model_work(pipe, kwargs, message)
+
+
+def test_check_inputs_validates_without_encoding(pipe, monkeypatch):
+    """`check_inputs` is where every check lives: it resolves the defaults and never tokenizes."""
+    monkeypatch.setattr(type(pipe), "encode_prompts", lambda *a: pytest.fail("check_inputs encoded"))
+    checked = pipe.check_inputs(PROMPTS, num_images_per_prompt=2, seed=4)
+    assert checked.prompts == PROMPTS and checked.batch_size == 4 and checked.grid == GRID
+    assert checked.guidance_scale == pipe.default_guidance_scale and checked.tensor_inputs == ["codes"]
+    assert [g.initial_seed() for g in checked.generators] == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="height must be a positive integer"):
+        pipe.check_inputs(PROMPTS, height=0)
+
+
+def test_negative_prompt_only_where_the_family_uses_it(pipe, monkeypatch):
+    if not pipe.supports_negative_prompt:
         with pytest.raises(ValueError, match="does not take a negative_prompt"):
             pipe(PROMPTS[0], negative_prompt="blurry")
+        return
+    with pytest.raises(ValueError, match="negative prompts for 2 prompts"):
+        pipe(PROMPTS, negative_prompt=["x", "y", "z"])
+    # the negative prompt is the unconditional row of the prefix: cond rows stay, uncond rows change
+    prefixes = {}
+    for negative in ("blurry", "a red circle"):
+        prefixes[negative] = pipe.encode_prompts([PROMPTS[0]], [negative], GRID, guided=True)
+    blurry, circle = prefixes["blurry"], prefixes["a red circle"]
+
+    def visible_row(prefix, row):
+        return prefix.ids[row][prefix.visible[row]].tolist()
+
+    assert visible_row(blurry, 0) == visible_row(circle, 0)
+    assert visible_row(blurry, 1) != visible_row(circle, 1)
+    words = pipe.tokenizer.convert_ids_to_tokens(visible_row(circle, 1))
+    assert "red" in words and "circle" in words and "blurry" not in words
+    # ... and it changes what is decoded
+    a = pipe(PROMPTS[0], negative_prompt="blurry", seed=0).codes
+    b = pipe(PROMPTS[0], negative_prompt="a red circle", seed=0).codes
+    assert a.shape == b.shape == (1, *GRID) and not torch.equal(a, b)
+    # no negative prompt: the configured default one ("blurry" for the tiny model) forms the uncond row
+    assert torch.equal(pipe(PROMPTS[0], seed=0).codes, a)
+    # without CFG there is no unconditional row at all, so the negative prompt cannot matter
+    c = pipe(PROMPTS[0], negative_prompt="blurry", seed=0, guidance_scale=1.0).codes
+    d = pipe(PROMPTS[0], negative_prompt="a red circle", seed=0, guidance_scale=1.0).codes
+    assert torch.equal(c, d)
+
+
+def test_progress_bar_advances_to_every_cell(pipe):
+    stream = io.StringIO()
+    pipe.set_progress_bar_config(disable=False, file=stream, mininterval=0, ascii=True)
+    cells = GRID[0] * GRID[1]
+    pipe(PROMPTS, seed=0)
+    assert f"{2 * cells}/{2 * cells}" in stream.getvalue()
+    pipe.set_progress_bar_config(disable=True)
+    silent = io.StringIO()
+    pipe.set_progress_bar_config(disable=True, file=silent)
+    pipe(PROMPTS[0], seed=0)
+    assert silent.getvalue() == ""
+
+
+def test_callback_returns_are_checked_not_applied(pipe):
+    steps = []
+
+    def unchanged(p, step, timestep, tensors):
+        steps.append(step)
+        return tensors
+
+    reference = pipe(PROMPTS[0], seed=0).codes
+    assert torch.equal(pipe(PROMPTS[0], seed=0, callback_on_step_end=unchanged).codes, reference)
+    assert torch.equal(pipe(PROMPTS[0], seed=0, callback_on_step_end=lambda *a: None).codes, reference)
+
+    # editing the (copied) tensors in place is harmless as long as they are not handed back
+    def scribble(p, step, timestep, tensors):
+        tensors["codes"].fill_(0)
+
+    assert torch.equal(pipe(PROMPTS[0], seed=0, callback_on_step_end=scribble).codes, reference)
+
+    def replace(p, step, timestep, tensors):
+        tensors["codes"].fill_(0)
+        return tensors
+
+    with pytest.raises(ValueError, match="returned a changed 'codes'.*cannot be replaced"):
+        pipe(PROMPTS[0], seed=0, callback_on_step_end=replace)
+    with pytest.raises(ValueError, match="must return its tensors dict"):
+        pipe(PROMPTS[0], seed=0, callback_on_step_end=lambda *a: 3)
+
+
+def test_tokenizer_without_codebook_gives_the_session_none(pipe, monkeypatch):
+    from arjet.pipelines import base
+
+    class NoCodebook:  # an image tokenizer that has everything but a codebook
+        def __init__(self, inner):
+            self.downsample, self.vocab_size = inner.downsample, inner.vocab_size
+            self.encode, self.decode = inner.encode, inner.decode
+            self.grid = getattr(inner, "grid", None)  # Janus's fixed grid
+
+    seen = []
+    session_class = base.DecodingSession
+
+    def session(*args, **kwargs):
+        seen.append(kwargs["codebook"])
+        return session_class(*args, **kwargs)
+
+    monkeypatch.setattr(base, "DecodingSession", session)
+    with_codebook = pipe(PROMPTS[0], seed=0)
+    assert isinstance(seen[-1], torch.Tensor) and seen[-1].shape[0] == 8
+    inner = pipe.image_tokenizer
+    monkeypatch.setattr(type(pipe), "image_tokenizer", property(lambda self: NoCodebook(inner)))
+    out = pipe(PROMPTS[0], seed=0)
+    assert seen[-1] is None and torch.equal(out.codes, with_codebook.codes)
+
+
+def test_from_pretrained_refuses_another_familys_saved_pipeline(tmp_path):
+    from arjet import Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
+
+    tiny_pipeline("emu3", grid=(2, 2), vocab_size=6).save_pretrained(tmp_path / "emu3")
+    for loader in (JanusPipeline, LuminaMGPTPipeline):
+        with pytest.raises(
+            ValueError, match=r"holds a saved Emu3Pipeline, not a .*Emu3Pipeline.from_pretrained"
+        ):
+            loader.from_pretrained(str(tmp_path / "emu3"))
+    assert type(Emu3Pipeline.from_pretrained(str(tmp_path / "emu3"))) is Emu3Pipeline
+    assert type(arjet.ARPipeline.from_pretrained(str(tmp_path / "emu3"))) is Emu3Pipeline

@@ -1,8 +1,11 @@
 import json
 
 import pytest
+import torch
+from huggingface_hub.errors import LocalEntryNotFoundError
 
 import arjet
+from arjet.pipelines import loading
 from arjet.testing import tiny_pipeline
 
 
@@ -41,3 +44,114 @@ def test_bare_transformers_checkpoint_loads_through_the_auto_class(family, tmp_p
     size = pipe.default_size()
     out = loaded("a red circle", seed=0, height=size[0], width=size[1])
     assert out.codes.shape == (1, 2, 2)
+
+
+# -- nothing downloads silently ------------------------------------------------------------------------
+class _SnapshotCalls:
+    """Stands in for `huggingface_hub.snapshot_download`: records its arguments, serves `folder` (or fails
+    the way an uncached id does)."""
+
+    def __init__(self, folder=None):
+        self.folder = folder
+        self.calls = []
+
+    def __call__(self, repo_id, **kwargs):
+        self.calls.append((repo_id, kwargs))
+        if self.folder is None:
+            raise LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder")
+        return str(self.folder)
+
+
+@pytest.mark.parametrize("loader", [arjet.ARPipeline, arjet.JanusPipeline])
+def test_hub_ids_are_looked_up_in_the_local_cache_only_by_default(loader, monkeypatch):
+    fake = _SnapshotCalls()
+    monkeypatch.setattr(loading, "snapshot_download", fake)
+    with pytest.raises(FileNotFoundError) as raised:
+        loader.from_pretrained("deepseek-community/Janus-Pro-1B")
+    assert fake.calls == [("deepseek-community/Janus-Pro-1B", {"local_files_only": True})]
+    message = str(raised.value)
+    assert "not in the local Hugging Face cache" in message
+    assert "hf download deepseek-community/Janus-Pro-1B --local-dir ./Janus-Pro-1B" in message
+    assert "from_pretrained('./Janus-Pro-1B')" in message and "local_files_only=False" in message
+
+
+@pytest.mark.parametrize("loader", [arjet.ARPipeline, arjet.JanusPipeline])
+def test_downloading_is_an_explicit_opt_in(loader, monkeypatch, tmp_path):
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=6)
+    pipe.save_pretrained(tmp_path)
+    fake = _SnapshotCalls(tmp_path)
+    monkeypatch.setattr(loading, "snapshot_download", fake)
+    loaded = loader.from_pretrained("someone/tiny-janus", local_files_only=False, revision="v1")
+    assert fake.calls == [("someone/tiny-janus", {"local_files_only": False, "revision": "v1"})]
+    assert type(loaded) is type(pipe)
+    fake.folder = None
+    with pytest.raises(FileNotFoundError, match="could not be downloaded from the Hugging Face hub"):
+        loader.from_pretrained("someone/tiny-janus", local_files_only=False)
+
+
+# -- Lumina-mGPT: a bare Chameleon checkpoint + arjet's VQGAN folder -------------------------------------
+def _save_bare_lumina(folder, with_vqgan=True):
+    pipe = tiny_pipeline("lumina_mgpt", grid=(2, 2), vocab_size=6)  # 64 px, one code per 32-px unit
+    pipe.model.save_pretrained(folder)
+    pipe.tokenizer.save_pretrained(folder)
+    if with_vqgan:
+        pipe.vqgan.save_pretrained(folder / "vqgan")
+    return pipe
+
+
+@pytest.mark.parametrize("loader", [arjet.ARPipeline, arjet.LuminaMGPTPipeline])
+def test_bare_lumina_checkpoint_with_its_vqgan_folder(loader, tmp_path):
+    pipe = _save_bare_lumina(tmp_path)
+    loaded = loader.from_pretrained(str(tmp_path), resolution=64)
+    assert type(loaded) is arjet.LuminaMGPTPipeline
+    assert loaded.config.resolution == 64 and loaded.default_size() == (64, 64)
+    loaded.set_progress_bar_config(disable=True)
+    out = loaded("a red circle", seed=0)
+    assert out.codes.shape == (1, 2, 2) and out.images[0].size == (64, 64)
+    assert torch.equal(out.codes, pipe("a red circle", seed=0).codes)
+
+
+def test_lumina_vqgan_can_live_elsewhere(tmp_path):
+    pipe = _save_bare_lumina(tmp_path / "model", with_vqgan=False)
+    pipe.vqgan.save_pretrained(tmp_path / "converted")
+    loaded = arjet.ARPipeline.from_pretrained(
+        str(tmp_path / "model"), resolution=64, vqgan=str(tmp_path / "converted")
+    )
+    loaded.set_progress_bar_config(disable=True)
+    assert torch.equal(loaded("a red circle", seed=0).codes, pipe("a red circle", seed=0).codes)
+
+
+def test_missing_lumina_vqgan_names_the_folder_and_the_converter(tmp_path):
+    _save_bare_lumina(tmp_path, with_vqgan=False)
+    with pytest.raises(FileNotFoundError) as raised:
+        arjet.ARPipeline.from_pretrained(str(tmp_path), resolution=64)
+    message = str(raised.value)
+    assert f"expected at {tmp_path / 'vqgan'}" in message
+    assert "arjet convert-vqgan vqgan.ckpt OUT --config vqgan.yaml" in message and "vqgan=OUT" in message
+
+
+def test_lumina_resolution_is_required_when_the_checkpoint_is_not_a_known_one(tmp_path):
+    _save_bare_lumina(tmp_path / "my-lumina")
+    with pytest.raises(
+        ValueError, match=r"pass the size it was trained for.*resolution=768.*Lumina-mGPT-7B-512: 512"
+    ):
+        arjet.ARPipeline.from_pretrained(str(tmp_path / "my-lumina"))
+    with pytest.raises(ValueError, match="resolution must be a positive multiple of 32 pixels, got 500"):
+        arjet.ARPipeline.from_pretrained(str(tmp_path / "my-lumina"), resolution=500)
+
+
+def test_lumina_resolution_is_read_from_a_released_checkpoints_name(tmp_path, monkeypatch):
+    # a local copy named like its hub repository (what `hf download ... --local-dir` makes)
+    _save_bare_lumina(tmp_path / "Lumina-mGPT-7B-512")
+    assert arjet.ARPipeline.from_pretrained(str(tmp_path / "Lumina-mGPT-7B-512")).config.resolution == 512
+    # an explicit resolution wins
+    loaded = arjet.ARPipeline.from_pretrained(str(tmp_path / "Lumina-mGPT-7B-512"), resolution=64)
+    assert loaded.config.resolution == 64
+    # a hub id found in the cache: the snapshot folder is named by revision, its repository folder by id
+    snapshot = tmp_path / "hub" / "models--Alpha-VLLM--Lumina-mGPT-7B-1024" / "snapshots" / "0123abcd"
+    _save_bare_lumina(snapshot)
+    fake = _SnapshotCalls(snapshot)
+    monkeypatch.setattr(loading, "snapshot_download", fake)
+    loaded = arjet.ARPipeline.from_pretrained("Alpha-VLLM/Lumina-mGPT-7B-1024")
+    assert loaded.config.resolution == 1024 and loaded.default_size() == (1024, 1024)
+    assert fake.calls == [("Alpha-VLLM/Lumina-mGPT-7B-1024", {"local_files_only": True})]

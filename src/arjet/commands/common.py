@@ -31,6 +31,17 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=None)
 
 
+def check_sampling_arguments(args: argparse.Namespace, sampler_spec: str):
+    """The sampler for `sampler_spec` (a name, or `name:key=value,...`) with its options and the sampling
+    numbers validated, before any model is loaded: a bad value fails in a moment, not after the load."""
+    from .. import samplers
+    from ..pipelines.base import check_sampling_options
+
+    sampler = samplers.get(sampler_spec)
+    check_sampling_options(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+    return sampler
+
+
 def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         guidance_scale=args.guidance_scale, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p

@@ -7,6 +7,7 @@ Everything a sampler does happens behind the decoding session (`arjet.session`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,35 @@ class ARPipelineOutput(BaseOutput):
     stats: list[DecodeStats]
 
 
+@dataclass
+class CheckedInputs:
+    """The arguments of a pipeline call once `check_inputs` has validated them and filled in the defaults."""
+
+    prompts: list[str]
+    negative_prompts: list[str] | None  # one per prompt, or None for the family's unconditional branch
+    sampler: Sampler
+    grid: tuple[int, int]
+    guidance_scale: float
+    policy: LogitsPolicy
+    generators: torch.Generator | list[torch.Generator] | None
+    batch_size: int  # prompts x num_images_per_prompt
+    tensor_inputs: list[str]
+
+
+def check_sampling_options(guidance_scale: Any, temperature: Any, top_k: Any, top_p: Any) -> LogitsPolicy:
+    """Validate the numbers that shape the target distribution (`guidance_scale=None` means the pipeline's
+    default and is not checked here) and return the logits policy they make. Infinities and NaN are refused:
+    `guidance_scale=inf`, say, would turn every mixed logit into NaN or infinity."""
+    if guidance_scale is not None:
+        _check_number("guidance_scale", guidance_scale, minimum=0.0, note="1 disables CFG")
+    _check_number("temperature", temperature, minimum=0.0, note="0 = greedy")
+    if top_p is not None and (
+        isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
+    ):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    return LogitsPolicy(temperature, top_k, top_p)  # checks top_k
+
+
 class BaseARPipeline(DiffusionPipeline):
     """Text-to-image with an autoregressive model, decoded by any registered sampler."""
 
@@ -52,8 +82,10 @@ class BaseARPipeline(DiffusionPipeline):
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs: Any):
-        """Load a saved arjet pipeline folder, or a bare transformers checkpoint of this family (a local
-        folder or a hub id in the local cache), e.g. `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`."""
+        """Load a saved arjet pipeline folder of this class, or a bare transformers checkpoint of this family
+        (a local folder or a hub id in the local cache), e.g.
+        `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A hub id that is not cached is
+        downloaded only with `local_files_only=False`. `arjet.ARPipeline.from_pretrained` picks the class."""
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
@@ -61,6 +93,11 @@ class BaseARPipeline(DiffusionPipeline):
         kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
         kind, name = checkpoint_kind(folder)
         if kind == "pipeline":
+            if cls.model_type and name != cls.__name__:
+                raise ValueError(
+                    f"{folder} holds a saved {name}, not a {cls.__name__}: load it with "
+                    f"{name}.from_pretrained(...) or arjet.ARPipeline.from_pretrained(...), which picks the class"
+                )
             return super().from_pretrained(folder, **kwargs)
         if name != cls.model_type:
             raise ValueError(
@@ -90,11 +127,21 @@ class BaseARPipeline(DiffusionPipeline):
         """(height, width) when the caller gives neither: the config's `default_height` / `default_width`
         where the pipeline registers them, else the native size."""
         native = self.native_size()
-        return self.config.get("default_height") or native[0], self.config.get("default_width") or native[1]
+        height, width = self.config.get("default_height"), self.config.get("default_width")
+        return native[0] if height is None else height, native[1] if width is None else width
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
-        """The code grid (H, W) for an image of `height x width` pixels; ValueError if the model can't."""
+        """The code grid (H, W) for an image of `height x width` pixels (positive integers); ValueError
+        naming the size and what the model allows if it can't make it."""
         raise NotImplementedError
+
+    def size_for_aspect_ratio(self, aspect_ratio: str) -> tuple[int, int]:
+        """(height, width) in pixels for `aspect_ratio="W:H"`, for families that size images that way."""
+        height, width = self.default_size()
+        raise ValueError(
+            f"{type(self).__name__} does not take an aspect_ratio (got {aspect_ratio!r}); "
+            f"pass height and width (default {height}x{width})"
+        )
 
     def encode_prompts(
         self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
@@ -122,6 +169,7 @@ class BaseARPipeline(DiffusionPipeline):
         sampler: str | Sampler = "ar",
         height: int | None = None,
         width: int | None = None,
+        aspect_ratio: str | None = None,
         guidance_scale: float | None = None,
         temperature: float = 1.0,
         top_k: int | None = None,
@@ -131,42 +179,55 @@ class BaseARPipeline(DiffusionPipeline):
         seed: int | list[int] | None = None,
         output_type: str = "pil",
         return_dict: bool = True,
-        callback_on_step_end: Callable[..., dict[str, Any]] | None = None,
+        callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None,
         callback_on_step_end_tensor_inputs: list[str] | None = None,
     ) -> ARPipelineOutput | tuple:
         """Generate images for `prompt` with `sampler` (a registered name or a sampler object).
 
-        `guidance_scale` (CFG; 1 disables it), `temperature` (0 = greedy), `top_k` (None = the family's
-        default) and `top_p` form the target distribution every sampler must respect. `seed=s` gives image
-        `i` the generator `s + i` (or pass one seed / one `generator` per image); any image then decodes the
-        same whatever else shares its batch.
+        `height` / `width` in pixels (None: the pipeline's default size); families that size images by
+        shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
+        the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` (None = the family's
+        default) and `top_p` form the target distribution every sampler must respect. `seed=s` gives
+        image `i` the generator `s + i` (or pass one seed / one `generator` per image); any image then
+        decodes the same whatever else shares its batch.
+
+        `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step;
+        `tensors` holds copies of the allowlisted tensors named in `callback_on_step_end_tensor_inputs`
+        (default `["codes"]`): `codes` `[N, H, W]` (-1 where not decoded yet) and `commit_step` `[N, H, W]`.
+        Set `pipe._interrupt = True` to stop early (undecoded cells come out grey). Unlike diffusers'
+        latents, these tensors cannot be replaced by the callback: committed codes already sit in the
+        model's KV cache and the sampler alone decides the next ones, so the callback returns `tensors`
+        unchanged (or None), and a returned tensor that differs from the decoded state raises ValueError.
         """
-        # 1. check inputs: everything is validated before any model work
-        prompts, negatives = self.check_inputs(prompt, negative_prompt, num_images_per_prompt)
-        sampler = sampler_registry.get(sampler)
-        if guidance_scale is None:  # a checkpoint may set its own default in its config
-            guidance_scale = self.config.get("default_guidance_scale") or self.default_guidance_scale
-        _check_number("guidance_scale", guidance_scale, minimum=0.0)
-        policy = LogitsPolicy(temperature, self.default_top_k if top_k is None else top_k, top_p)
-        if output_type not in OUTPUT_TYPES:
-            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
-        tensor_inputs = list(callback_on_step_end_tensor_inputs or ["codes"])
-        unknown = [name for name in tensor_inputs if name not in self._callback_tensor_inputs]
-        if unknown:
-            raise ValueError(
-                f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}"
-            )
-        default_height, default_width = self.default_size()
-        grid = self.grid_for(height or default_height, width or default_width)
-        batch = len(prompts) * num_images_per_prompt
-        rng = ImageRandom(_generators(generator, seed, batch), batch, self._execution_device)
+        # 1. check inputs: everything is validated before any encoding or model work
+        call = self.check_inputs(
+            prompt,
+            negative_prompt,
+            sampler=sampler,
+            height=height,
+            width=width,
+            aspect_ratio=aspect_ratio,
+            guidance_scale=guidance_scale,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            num_images_per_prompt=num_images_per_prompt,
+            generator=generator,
+            seed=seed,
+            output_type=output_type,
+            callback_on_step_end=callback_on_step_end,
+            callback_on_step_end_tensor_inputs=callback_on_step_end_tensor_inputs,
+        )
+        batch, grid = call.batch_size, call.grid
 
         # 2. prompts -> prefix token ids ([cond; uncond] when guided)
-        guided = guidance_scale != 1
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        guided = call.guidance_scale != 1
+        prompts = [p for p in call.prompts for _ in range(num_images_per_prompt)]
+        negatives = call.negative_prompts
         if negatives is not None:
             negatives = [p for p in negatives for _ in range(num_images_per_prompt)]
         prefix = self.encode_prompts(prompts, negatives, grid, guided)
+        rng = ImageRandom(call.generators, batch, self._execution_device)
 
         # 3. decode codes with the sampler through a session
         start = time.perf_counter()
@@ -174,16 +235,16 @@ class BaseARPipeline(DiffusionPipeline):
             self.session_adapter(),
             self.image_layout(grid),
             prefix,
-            guidance_scale if guided else None,
-            codebook=self.image_tokenizer.codebook(),
+            call.guidance_scale if guided else None,
+            codebook=_codebook(self.image_tokenizer),
             noise=getattr(self, "noise_conditioning", None),
         )
         progress = self.progress_bar(total=batch * session.num_cells)
-        hook = _StepHook(self, progress, callback_on_step_end, tensor_inputs)
+        hook = _StepHook(self, progress, callback_on_step_end, call.tensor_inputs)
         trace = DecodeTrace(session, hook)
         self._interrupt = False
         try:
-            sampler.run(session, policy, rng, trace)
+            call.sampler.run(session, call.policy, rng, trace)
         except Interrupted:
             pass
         finally:
@@ -193,7 +254,7 @@ class BaseARPipeline(DiffusionPipeline):
         # 4. codes -> images
         images = codes if output_type == "latent" else self.decode_codes(codes, output_type)
         seconds = time.perf_counter() - start
-        stats = trace.stats(getattr(sampler, "name", type(sampler).__name__))
+        stats = trace.stats(getattr(call.sampler, "name", type(call.sampler).__name__))
         for item in stats:
             item.seconds = seconds
             item.extra["batch_size"] = batch
@@ -209,8 +270,27 @@ class BaseARPipeline(DiffusionPipeline):
         return getattr(self, "_interrupt", False)
 
     def check_inputs(
-        self, prompt: Any, negative_prompt: Any, num_images_per_prompt: Any
-    ) -> tuple[list[str], list[str] | None]:
+        self,
+        prompt: Any,
+        negative_prompt: Any = None,
+        *,
+        sampler: Any = "ar",
+        height: Any = None,
+        width: Any = None,
+        aspect_ratio: Any = None,
+        guidance_scale: Any = None,
+        temperature: Any = 1.0,
+        top_k: Any = None,
+        top_p: Any = None,
+        num_images_per_prompt: Any = 1,
+        generator: Any = None,
+        seed: Any = None,
+        output_type: Any = "pil",
+        callback_on_step_end: Any = None,
+        callback_on_step_end_tensor_inputs: Any = None,
+    ) -> CheckedInputs:
+        """Validate every argument of `__call__` (no tokenizing, no model work) and resolve the defaults.
+        Each bad value raises a `ValueError` that names it and says what is allowed."""
         prompts = _as_prompt_list("prompt", prompt)
         negatives = None
         if negative_prompt is not None:
@@ -230,7 +310,64 @@ class BaseARPipeline(DiffusionPipeline):
             raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
         if num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be >= 1, got {num_images_per_prompt}")
-        return prompts, negatives
+        sampler = sampler_registry.get(sampler)
+        if getattr(sampler, "needs_codebook", False) and not callable(
+            getattr(self.image_tokenizer, "codebook", None)
+        ):
+            raise ValueError(
+                f"sampler {sampler!r} uses the lantern acceptance rule, which needs the image tokenizer's codebook, "
+                f"and {type(self.image_tokenizer).__name__} has none; use the exact rule (e.g. sampler='sjd')"
+            )
+        if guidance_scale is None:  # a checkpoint may set its own default in its config
+            guidance_scale = self.config.get("default_guidance_scale")
+            if guidance_scale is None:
+                guidance_scale = self.default_guidance_scale
+        policy = check_sampling_options(
+            guidance_scale, temperature, self.default_top_k if top_k is None else top_k, top_p
+        )
+        grid = self.grid_for(*self._size(height, width, aspect_ratio))
+        if output_type not in OUTPUT_TYPES:
+            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        if callback_on_step_end is not None and not callable(callback_on_step_end):
+            raise ValueError(f"callback_on_step_end must be callable, got {callback_on_step_end!r}")
+        tensor_inputs = list(callback_on_step_end_tensor_inputs or ["codes"])
+        unknown = [name for name in tensor_inputs if name not in self._callback_tensor_inputs]
+        if unknown:
+            raise ValueError(
+                f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}"
+            )
+        batch = len(prompts) * num_images_per_prompt
+        return CheckedInputs(
+            prompts=prompts,
+            negative_prompts=negatives,
+            sampler=sampler,
+            grid=grid,
+            guidance_scale=guidance_scale,
+            policy=policy,
+            generators=_generators(generator, seed, batch),
+            batch_size=batch,
+            tensor_inputs=tensor_inputs,
+        )
+
+    def _size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:
+        """(height, width) in pixels from the call's arguments: given, from an aspect ratio, or the default."""
+        for name, value in (("height", height), ("width", width)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(
+                    f"{name} must be a positive integer (pixels), or None for the default size; got {value!r}"
+                )
+        if aspect_ratio is not None:
+            if height is not None or width is not None:
+                raise ValueError(
+                    f"pass either aspect_ratio or height/width, not both (got aspect_ratio={aspect_ratio!r}, "
+                    f"height={height!r}, width={width!r})"
+                )
+            return self.size_for_aspect_ratio(aspect_ratio)
+        default_height, default_width = self.default_size()
+        return (
+            default_height if height is None else height,
+            default_width if width is None else width,
+        )
 
     # -- decoding codes to pixels -------------------------------------------------------------------
     @torch.no_grad()
@@ -264,14 +401,36 @@ class _StepHook:
         self.decoded = decoded
         if self.callback is not None:
             grid = trace.session.grid
-            available = {
-                "codes": trace.codes.view(-1, *grid).clone(),
-                "commit_step": trace.commit_step.view(-1, *grid).clone(),
-            }
-            kwargs = {name: available[name] for name in self.tensor_inputs}
-            self.callback(self.pipe, self.step, trace.session.count, kwargs)
+            state = {"codes": trace.codes.view(-1, *grid), "commit_step": trace.commit_step.view(-1, *grid)}
+            kwargs = {name: state[name].clone() for name in self.tensor_inputs}
+            returned = self.callback(self.pipe, self.step, trace.session.count, kwargs)
+            _check_callback_return(returned, state)
         self.step += 1
         return self.pipe.interrupt
+
+
+def _check_callback_return(returned: Any, state: dict[str, torch.Tensor]) -> None:
+    """A callback's return is not applied (see `BaseARPipeline.__call__`); refuse one that tries to edit."""
+    if returned is None:
+        return
+    if not isinstance(returned, dict):
+        raise ValueError(
+            f"callback_on_step_end must return its tensors dict (or None), got {type(returned).__name__}"
+        )
+    for name, value in returned.items():
+        if name in state and not (isinstance(value, torch.Tensor) and torch.equal(value, state[name])):
+            raise ValueError(
+                f"callback_on_step_end returned a changed {name!r}: decoded codes cannot be replaced (they are "
+                "already in the KV cache and the sampler picks the next ones); return the tensors unchanged, "
+                "or set pipe._interrupt = True to stop"
+            )
+
+
+def _codebook(tokenizer: ImageTokenizer) -> torch.Tensor | None:
+    """The tokenizer's `[V, d]` code vectors, or None for a tokenizer without a codebook (only rules that
+    compare codes, such as LANTERN's, need one)."""
+    codebook = getattr(tokenizer, "codebook", None)
+    return codebook() if callable(codebook) else None
 
 
 def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[str]:
@@ -286,9 +445,15 @@ def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[st
     return list(items)
 
 
-def _check_number(name: str, value: Any, minimum: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum:
-        raise ValueError(f"{name} must be a number >= {minimum}, got {value!r}")
+def _check_number(name: str, value: Any, minimum: float, note: str = "") -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not value >= minimum
+    ):
+        hint = f" ({note})" if note else ""
+        raise ValueError(f"{name} must be a finite number >= {minimum:g}{hint}, got {value!r}")
 
 
 def _generators(

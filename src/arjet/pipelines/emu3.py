@@ -7,7 +7,7 @@ an explicit negative prompt with the same image prefix (Emu3's recipe), batched 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
@@ -29,6 +29,8 @@ EMU3_PROMPT_SUFFIX = " masterpiece, film grained, best quality."
 def size_from_aspect_ratio(aspect_ratio: str, image_area: int, downsample: int) -> tuple[int, int]:
     """(height, width) in pixels for `aspect_ratio` "W:H" at about `image_area` pixels, on the code grid."""
     try:
+        if not isinstance(aspect_ratio, str):
+            raise ValueError
         ratio_w, ratio_h = (int(part) for part in aspect_ratio.split(":"))
         if ratio_w <= 0 or ratio_h <= 0:
             raise ValueError
@@ -43,6 +45,10 @@ def size_from_aspect_ratio(aspect_ratio: str, image_area: int, downsample: int) 
 
 
 class Emu3Pipeline(BaseARPipeline):
+    """Emu3-Gen. Any `height x width` on the 8-px code grid that fits the model's positions, or
+    `aspect_ratio="W:H"` at `image_area` pixels. Without a negative prompt, Emu3's default one (the
+    config's `default_negative_prompt`) forms the unconditional row."""
+
     model_type: ClassVar[str] = "emu3"
     model_class: ClassVar[type] = Emu3ForConditionalGeneration
     model_cpu_offload_seq = "model"
@@ -71,18 +77,6 @@ class Emu3Pipeline(BaseARPipeline):
             default_width=default_width,
         )
 
-    def __call__(self, prompt, negative_prompt=None, *, aspect_ratio: str | None = None, **kwargs: Any):
-        """As `BaseARPipeline.__call__`, plus `aspect_ratio="W:H"` (at the pipeline's `image_area`) as an
-        alternative to `height` / `width`. Without a negative prompt, Emu3's default one is used."""
-        if aspect_ratio is not None:
-            if kwargs.get("height") is not None or kwargs.get("width") is not None:
-                raise ValueError("pass either aspect_ratio or height/width, not both")
-            height, width = size_from_aspect_ratio(
-                aspect_ratio, self.config.image_area, self.image_tokenizer.downsample
-            )
-            kwargs.update(height=height, width=width)
-        return super().__call__(prompt, negative_prompt, **kwargs)
-
     # -- hooks --------------------------------------------------------------------------------------
     @property
     def image_tokenizer(self) -> Emu3VQTokenizer:
@@ -90,6 +84,11 @@ class Emu3Pipeline(BaseARPipeline):
 
     def native_size(self) -> tuple[int, int]:
         return size_from_aspect_ratio("1:1", self.config.image_area, self.image_tokenizer.downsample)
+
+    def size_for_aspect_ratio(self, aspect_ratio: str) -> tuple[int, int]:
+        """`aspect_ratio="W:H"` at about the pipeline's `image_area` pixels, on the code grid (Emu3's
+        `calculate_generate_size`)."""
+        return size_from_aspect_ratio(aspect_ratio, self.config.image_area, self.image_tokenizer.downsample)
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         factor = self.image_tokenizer.downsample
@@ -100,8 +99,8 @@ class Emu3Pipeline(BaseARPipeline):
         limit = self.model.config.text_config.max_position_embeddings
         if grid[0] * (grid[1] + 1) >= limit:
             raise ValueError(
-                f"{height}x{width} needs {grid[0] * (grid[1] + 1)} image tokens, more than this model's "
-                f"{limit} positions; choose a smaller size"
+                f"height={height}, width={width} needs {grid[0] * (grid[1] + 1)} image tokens (rows x (columns "
+                f"+ 1)), but this model has {limit} positions; choose a size with fewer than {limit} image tokens"
             )
         return grid
 

@@ -11,11 +11,14 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError
 
 
-def resolve_checkpoint(name_or_path: str | os.PathLike, **hub_kwargs: Any) -> Path:
+def resolve_checkpoint(
+    name_or_path: str | os.PathLike, *, local_files_only: bool = True, **hub_kwargs: Any
+) -> Path:
     """A local folder for `name_or_path`, or a `FileNotFoundError` that says what folder to provide.
 
-    A hub id is looked up through `huggingface_hub` (which downloads it unless `HF_HUB_OFFLINE=1` or
-    `local_files_only=True`); whatever fails, the error names the local folder to pass instead.
+    A hub id is looked up in the local Hugging Face cache only: nothing is downloaded unless the caller
+    passes `local_files_only=False` (then `huggingface_hub` downloads it, unless `HF_HUB_OFFLINE=1`).
+    Whatever fails, the error names the local folder to pass instead.
     """
     path = Path(os.path.expanduser(str(name_or_path)))
     if path.is_dir():
@@ -27,14 +30,24 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, **hub_kwargs: Any) -> Pa
             "(config.json and weights), or a Hugging Face hub id such as 'deepseek-community/Janus-Pro-1B'"
         )
     try:
-        return Path(snapshot_download(text, **hub_kwargs))
+        return Path(snapshot_download(text, local_files_only=local_files_only, **hub_kwargs))
     except (HFValidationError, OSError, ValueError) as error:
         local = "./" + text.split("/")[-1]
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'unavailable'}"
+        where = (
+            "is not a local folder and is not in the local Hugging Face cache (arjet downloads nothing "
+            "unless asked)"
+            if local_files_only
+            else f"is not a local folder and could not be downloaded from the Hugging Face hub ({reason})"
+        )
+        opt_in = (
+            " To let arjet download it into the cache instead, pass local_files_only=False to from_pretrained."
+            if local_files_only
+            else ""
+        )
         raise FileNotFoundError(
-            f"{text!r} is not a local folder and could not be loaded from the Hugging Face hub "
-            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'unavailable'}). "
-            f"On a machine with network access run `hf download {text} --local-dir {local}`, copy the folder "
-            f"here and pass its path, e.g. from_pretrained({local!r})."
+            f"{text!r} {where}. On a machine with network access run `hf download {text} --local-dir {local}`, "
+            f"copy the folder here and pass its path, e.g. from_pretrained({local!r}).{opt_in}"
         ) from error
 
 

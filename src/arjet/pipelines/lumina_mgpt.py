@@ -30,6 +30,49 @@ PROMPT_TEMPLATE = "Generate an image of {width}x{height} according to the follow
 TURN_END, IMAGE_START, ROW_END = "<reserved08706>", "<racm3:break>", "<reserved08799>"
 
 
+# the training size of each released Lumina-mGPT 1.x text-to-image checkpoint, by its hub repository name
+CHECKPOINT_RESOLUTIONS = {
+    "Lumina-mGPT-7B-512": 512,
+    "Lumina-mGPT-7B-512-MultiImage": 512,
+    "Lumina-mGPT-7B-768": 768,
+    "Lumina-mGPT-7B-768-Omni": 768,
+    "Lumina-mGPT-7B-1024": 1024,
+}
+
+
+def checkpoint_resolution(folder: str | Path) -> int | None:
+    """The training size of a released checkpoint found at `folder`: a local copy named like its hub
+    repository (`.../Lumina-mGPT-7B-768`) or a hub cache snapshot (`.../models--Alpha-VLLM--Lumina-mGPT-7B-768/
+    snapshots/<revision>`). None when the folder is neither."""
+    for path in (Path(folder).absolute(), Path(folder).resolve()):
+        names = [path.name]
+        if path.parent.name == "snapshots":
+            names.append(path.parent.parent.name.split("--")[-1])
+        for name in names:
+            if name in CHECKPOINT_RESOLUTIONS:
+                return CHECKPOINT_RESOLUTIONS[name]
+    return None
+
+
+def _check_resolution(folder: str | Path, resolution: Any) -> int:
+    if resolution is None:
+        resolution = checkpoint_resolution(folder)
+        if resolution is None:
+            known = ", ".join(f"{name}: {size}" for name, size in CHECKPOINT_RESOLUTIONS.items())
+            raise ValueError(
+                f"cannot tell which Lumina-mGPT checkpoint {folder} is; pass the size it was trained for, e.g. "
+                f"from_pretrained(..., resolution=768) (released checkpoints: {known})"
+            )
+    if (
+        isinstance(resolution, bool)
+        or not isinstance(resolution, int)
+        or resolution < GRID_UNIT
+        or resolution % GRID_UNIT
+    ):
+        raise ValueError(f"resolution must be a positive multiple of {GRID_UNIT} pixels, got {resolution!r}")
+    return resolution
+
+
 def image_token_name(code: int) -> str:
     """Chameleon's BPE name of image code `code`: digits spelled with letters A-J, e.g. 42 -> IMGIMGECZ."""
     return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
@@ -70,10 +113,17 @@ class LuminaMGPTPipeline(BaseARPipeline):
 
     @classmethod
     def components_from_transformers(
-        cls, folder, vqgan: ChameleonVQGAN | str | Path | None = None, resolution: int = 768, **kwargs: Any
+        cls,
+        folder,
+        vqgan: ChameleonVQGAN | str | Path | None = None,
+        resolution: int | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Bare Lumina-mGPT checkpoint + the converted VQGAN (`vqgan=` a folder or module; default
-        `<folder>/vqgan`). `resolution` = 512, 768 or 1024, matching the checkpoint."""
+        `<folder>/vqgan`). `resolution` (512, 768 or 1024) is the size the checkpoint was trained for; when
+        not given it is read from the checkpoint's name (`Lumina-mGPT-7B-768`, as a local folder of that name
+        or the hub cache folder of `Alpha-VLLM/Lumina-mGPT-7B-768`), else a ValueError asks for it."""
+        resolution = _check_resolution(folder, resolution)
         if vqgan is None or isinstance(vqgan, (str, Path)):
             location = Path(vqgan) if vqgan is not None else Path(folder) / "vqgan"
             if not location.is_dir():
@@ -103,10 +153,15 @@ class LuminaMGPTPipeline(BaseARPipeline):
             ):
                 raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
         limit = self.config.resolution
-        if height * width > limit * limit or max(height, width) > self.max_aspect_ratio * min(height, width):
+        if height * width > limit * limit:
             raise ValueError(
-                f"{height}x{width} is outside what this {limit}-px Lumina-mGPT makes: at most {limit * limit} "
-                f"pixels and an aspect ratio up to {self.max_aspect_ratio:g}"
+                f"height={height}, width={width} is {height * width} pixels; this {limit}-px Lumina-mGPT makes "
+                f"at most {limit}x{limit} = {limit * limit} pixels (any sides in multiples of {GRID_UNIT})"
+            )
+        if max(height, width) > self.max_aspect_ratio * min(height, width):
+            raise ValueError(
+                f"height={height}, width={width} has an aspect ratio of {max(height, width) / min(height, width):g}; "
+                f"Lumina-mGPT makes aspect ratios up to {self.max_aspect_ratio:g}"
             )
         factor = self.vqgan.downsample
         return height // factor, width // factor

@@ -1,4 +1,5 @@
-"""The image tokenizer contract: codes <-> pixels, and the codebook (LANTERN's neighbour table needs it)."""
+"""The image tokenizer contract: codes <-> pixels, and optionally the codebook (LANTERN's neighbour table
+needs it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import torch
 
 @runtime_checkable
 class ImageTokenizer(Protocol):
-    """A VQ image tokenizer. Pixels are `[B, 3, h, w]` floats in [-1, 1]; codes are `[B, H, W]` longs."""
+    """A VQ image tokenizer. Pixels are `[B, 3, h, w]` floats in [-1, 1]; codes are `[B, H, W]` longs.
+
+    Optionally it also has `codebook() -> Tensor [V, d]`: the vectors the decoder actually sees for each
+    code (after any normalisation). Pipelines hand it to the decoding session for rules that compare codes
+    (LANTERN); a tokenizer without one gives the session `None`, and such a rule then cannot run."""
 
     @property
     def downsample(self) -> int:
@@ -21,6 +26,3 @@ class ImageTokenizer(Protocol):
     def encode(self, pixels: torch.Tensor) -> torch.Tensor: ...
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor: ...
-
-    def codebook(self) -> torch.Tensor:
-        """`[V, d]`: the vectors the decoder actually sees for each code (after any normalisation)."""
