@@ -10,7 +10,7 @@ import arjet
 from arjet.cli import main
 from arjet.data import Scene, heldout_set
 from arjet.eval.clip import load_clip
-from arjet.train.clip import swap_shape
+from arjet.train.clip import ClipTrainConfig, captions_with_negatives, clip_loss, swap_attribute
 
 
 @pytest.fixture(scope="module")
@@ -129,21 +129,23 @@ def test_sjd2_stage_adds_noise_conditioning(trained):
     assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
 
 
-def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path):
+@pytest.mark.parametrize(
+    "tower", [["--vision", "resnet", "--vision-width", "8", "--vision-layers", "1,1,1,1"],
+              ["--vision", "vit", "--patch-size", "8", "--vision-width", "32", "--vision-layers", "1"]],
+    ids=["resnet", "vit"],
+)  # fmt: skip
+def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path, tower):
     out = tmp_path / "clip"
     arguments = [
         "train",
         "clip",
+        *tower,
         "--images",
         "64",
         "--image-size",
         "32",
-        "--patch-size",
-        "8",
-        "--vision-width",
-        "32",
-        "--vision-layers",
-        "1",
+        "--eval-scenes",
+        "4",
         "--text-width",
         "32",
         "--text-layers",
@@ -165,11 +167,53 @@ def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path):
     assert load_clip(f"domain:{tmp_path / 'again'}").encode_texts(["a blue star"]).shape == (1, 16)
 
 
-def test_shape_swapped_captions_change_exactly_the_shapes():
+@pytest.mark.parametrize("attribute,other", [("shape", "color"), ("color", "shape")])
+def test_swapped_scenes_change_exactly_one_object_attribute(attribute, other):
     rng = np.random.default_rng(0)
     for item in heldout_set(60):
         scene = Scene.from_dict(item["scene"])
-        swapped = swap_shape(scene, rng)
-        changed = [a.shape != b.shape for a, b in zip(scene.objects, swapped.objects, strict=True)]
-        assert all(changed) if scene.layout == "count" else sum(changed) == 1
-        assert [o.color for o in swapped.objects] == [o.color for o in scene.objects]
+        swaps = swap_attribute(scene, attribute, rng, count=3)
+        assert len(swaps) == 3
+        targets = set()
+        for swapped in swaps:
+            changed = [
+                getattr(a, attribute) != getattr(b, attribute)
+                for a, b in zip(scene.objects, swapped.objects, strict=True)
+            ]
+            assert all(changed) if scene.layout == "count" else sum(changed) == 1
+            assert [getattr(o, other) for o in swapped.objects] == [getattr(o, other) for o in scene.objects]
+            targets.add(changed.index(True))
+        assert len(targets) == 1  # one object per scene, swapped to three different values
+        (target,) = targets
+        values = [getattr(s.objects[target], attribute) for s in swaps]
+        assert len(set(values)) == 3
+
+
+def test_hard_negatives_share_the_caption_phrasing():
+    config = ClipTrainConfig(shape_negatives=2, color_negatives=1)
+    scenes = [Scene.from_dict(item["scene"]) for item in heldout_set(40)]
+    texts = captions_with_negatives(scenes, config, np.random.default_rng(0))
+    assert len(texts) == 4 * len(scenes)
+    for index in range(len(scenes)):
+        caption, *negatives = texts[4 * index : 4 * index + 4]
+        for negative in negatives:
+            words, other = caption.split(), negative.split()
+            assert len(words) == len(other)  # same sentence, one or more attribute words swapped
+            assert words != other
+
+
+def test_clip_loss_prefers_the_caption_over_its_hard_negatives():
+    torch.manual_seed(0)
+    images = torch.nn.functional.normalize(torch.randn(6, 16), dim=-1)
+    texts = torch.nn.functional.normalize(torch.randn(6, 3, 16), dim=-1)
+    matched = texts.clone()
+    matched[:, 0] = images
+    scale = torch.tensor(20.0)
+    loss_matched = clip_loss(images, matched.reshape(-1, 16), scale)
+    loss_negative = clip_loss(
+        images, torch.stack([texts[:, 0], images, texts[:, 2]], 1).reshape(-1, 16), scale
+    )
+    assert loss_matched < 0.1 < loss_negative
+    assert (
+        clip_loss(images, matched[:, :1].reshape(-1, 16), scale) < loss_matched
+    )  # no negatives, no hard term

@@ -80,6 +80,16 @@ def attribute_accuracy(clip: OpenCLIP, images: list, scenes: list[Scene]) -> dic
     return result
 
 
+def zero_shot_accuracy(clip: OpenCLIP, n: int = 500, size: int = 64) -> dict[str, float]:
+    """The CLIP's colour and shape accuracy on the reference renders of the first `n` held-out scenes."""
+    items = heldout_set(n)
+    return attribute_accuracy(
+        clip,
+        [render_reference(item, size) for item in items],
+        [Scene.from_dict(item["scene"]) for item in items],
+    )
+
+
 def _chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 

@@ -1,9 +1,12 @@
 """`arjet train clip`: the domain CLIP, a small open_clip model trained contrastively on the shapes domain.
 
-It gives arjet an offline CLIP score and FID features for the built-in model. Custom open_clip config
-(a small ViT on 64x64 renders, a small text transformer with a word-level tokenizer over the domain's
-vocabulary, pooled at its end-of-text token), trained with the symmetric InfoNCE loss on fresh phrasings
-of rendered scenes. Saved as a CLIP folder (`arjet.eval.clip`): `open_clip_config.json`, bfloat16
+It gives arjet an offline CLIP score and FID features for the built-in model, and judges whether generated
+images show the prompt's colours and shapes. Custom open_clip config: a small image tower on 64x64 renders
+(open_clip's ModifiedResNet by default, or its ViT) and a small text transformer with a word-level tokenizer
+over the domain's vocabulary, pooled at its end-of-text token. The loss is the symmetric InfoNCE over the
+batch plus, per image, a cross-entropy against hard negatives: the same phrasing of the same scene with one
+object's shape (or colour) swapped, which is exactly the choice the attribute-accuracy judge asks for.
+Saved as a CLIP folder (`arjet.eval.clip`): `open_clip_config.json`, bfloat16
 `open_clip_model.safetensors` and the tokenizer files.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,31 +26,55 @@ from ..text_tokenizer import build_word_tokenizer
 from .options import add_config_arguments, append_jsonl, config_from_arguments
 
 PAD, EOS = "<pad>", "</s>"
+VISION_TOWERS = ("resnet", "vit")
 
 
 @dataclass
 class ClipTrainConfig:
     out: str = "src/arjet/assets/shapes-clip"
     seed: int = 0
-    images: int = 60_000
+    images: int = 100_000
     image_size: int = 64
     embed_dim: int = 128
-    vision_width: int = 128
-    vision_layers: int = 4
-    patch_size: int = 8
+    vision: str = "resnet"  # open_clip's ModifiedResNet, or "vit"
+    vision_width: int = 16
+    vision_layers: str = "1,1,1,1"  # blocks per ResNet stage; one number (the depth) for a ViT
+    patch_size: int = 8  # ViT only
     text_width: int = 96
     text_layers: int = 3
     context_length: int = 32
     batch_size: int = 256
+    shape_negatives: int = 3  # per image: its caption with one object's shape swapped, this many times
+    color_negatives: int = 2  # likewise for colour
     lr: float = 1e-3
-    max_steps: int = 4000
+    max_steps: int = 20_000
     max_minutes: float = 25.0
     workers: int = 2
     threads: int = 2
     log_every: int = 100
+    eval_every: int = 1000  # zero-shot colour / shape accuracy on held-out renders
+    eval_scenes: int = 300
     log: str = "artifacts/clip/train_log.jsonl"
     init: str = ""  # a CLIP folder to continue from (same config)
-    hard_negatives: bool = True  # each image also scored against its caption with one shape swapped
+
+    def __post_init__(self):
+        if self.vision not in VISION_TOWERS:
+            raise ValueError(f"vision={self.vision!r}; choose one of {VISION_TOWERS}")
+        layers = _layers(self.vision_layers)
+        if self.vision == "vit" and len(layers) != 1:
+            raise ValueError(f"a ViT takes one number of layers, got vision_layers={self.vision_layers!r}")
+        if self.shape_negatives < 0 or self.color_negatives < 0:
+            raise ValueError("shape_negatives and color_negatives must be >= 0")
+
+
+def _layers(text: str) -> list[int]:
+    try:
+        layers = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        layers = []
+    if not layers or min(layers) < 1:
+        raise ValueError(f"vision_layers={text!r}: expected positive integers separated by commas")
+    return layers
 
 
 def clip_tokenizer(words: list[str]):
@@ -61,16 +88,26 @@ def clip_tokenizer(words: list[str]):
 
 
 def model_config(config: ClipTrainConfig, vocab_size: int, pad_id: int, eos_id: int) -> dict:
-    return {
-        "embed_dim": config.embed_dim,
-        "vision_cfg": {
+    layers = _layers(config.vision_layers)
+    if config.vision == "resnet":
+        vision = {
+            "image_size": config.image_size,
+            "layers": layers,
+            "width": config.vision_width,
+            "head_width": 32,
+        }
+    else:
+        vision = {
             "image_size": config.image_size,
             "patch_size": config.patch_size,
             "width": config.vision_width,
-            "layers": config.vision_layers,
+            "layers": layers[0],
             "head_width": 32,
             "mlp_ratio": 2.0,
-        },
+        }
+    return {
+        "embed_dim": config.embed_dim,
+        "vision_cfg": vision,
         "text_cfg": {
             "context_length": config.context_length,
             "vocab_size": vocab_size,
@@ -86,20 +123,62 @@ def model_config(config: ClipTrainConfig, vocab_size: int, pad_id: int, eos_id: 
     }
 
 
-def swap_shape(scene, rng: np.random.Generator):
-    """The scene with one object's shape (every object's, for a count scene) changed to another shape."""
-    from dataclasses import replace
+def swap_attribute(scene, attribute: str, rng: np.random.Generator, count: int = 1) -> list:
+    """`count` copies of the scene, each with one object's `attribute` ("shape" or "color") changed to a
+    different value (every object's, for a count scene, which the prompt names once); the object is chosen
+    once, the new values are distinct."""
+    from ..data import COLORS, SHAPES
 
-    from ..data import SHAPES
-
+    values = list(SHAPES) if attribute == "shape" else list(COLORS)
     target = int(rng.integers(len(scene.objects)))
-    shape = scene.objects[target].shape
-    other = SHAPES[(SHAPES.index(shape) + 1 + int(rng.integers(len(SHAPES) - 1))) % len(SHAPES)]
-    objects = tuple(
-        replace(o, shape=other) if scene.layout == "count" or i == target else o
-        for i, o in enumerate(scene.objects)
-    )
-    return replace(scene, objects=objects)
+    current = getattr(scene.objects[target], attribute)
+    others = [v for v in values if v != current]
+    chosen = rng.choice(len(others), size=min(count, len(others)), replace=False)
+    return [
+        replace(
+            scene,
+            objects=tuple(
+                replace(o, **{attribute: others[int(k)]}) if scene.layout == "count" or i == target else o
+                for i, o in enumerate(scene.objects)
+            ),
+        )
+        for k in chosen
+    ]
+
+
+def captions_with_negatives(scenes: list, config: ClipTrainConfig, rng: np.random.Generator) -> list[str]:
+    """Each scene's caption, then its hard negatives in the same phrasing: `[B * (1 + K)]`, grouped by scene."""
+    from ..data import describe
+
+    texts = []
+    for scene in scenes:
+        phrasing = int(rng.integers(2**31))
+        variants = [scene]
+        variants += (
+            swap_attribute(scene, "shape", rng, config.shape_negatives) if config.shape_negatives else []
+        )
+        variants += (
+            swap_attribute(scene, "color", rng, config.color_negatives) if config.color_negatives else []
+        )
+        # the phrasing depends only on the layout and background, so one seed phrases every variant alike
+        texts += [describe(variant, np.random.default_rng(phrasing)) for variant in variants]
+    return texts
+
+
+def clip_loss(image_features: torch.Tensor, text_features: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE over the batch's captions plus the per-image choice among caption and negatives.
+
+    `text_features` is `[B * (1 + K)]`, each image's caption first and its K hard negatives after it."""
+    batch = image_features.shape[0]
+    grouped = text_features.view(batch, -1, text_features.shape[-1])
+    captions = grouped[:, 0]
+    logits = scale * image_features @ captions.T
+    target = torch.arange(batch, device=logits.device)
+    loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+    if grouped.shape[1] > 1:
+        hard = scale * torch.einsum("bd,bkd->bk", image_features, grouped)
+        loss = loss + F.cross_entropy(hard, torch.zeros_like(target))
+    return loss
 
 
 def _render_set(config: ClipTrainConfig) -> tuple[torch.Tensor, list]:
@@ -120,8 +199,8 @@ def train_clip(config: ClipTrainConfig) -> Path:
     import open_clip
     from tqdm.auto import tqdm
 
-    from ..data import describe
-    from ..eval.clip import save_open_clip_folder
+    from ..eval.clip import OpenCLIP, save_open_clip_folder
+    from ..eval.domain import zero_shot_accuracy
     from .ar import domain_words
 
     torch.manual_seed(config.seed)
@@ -139,10 +218,29 @@ def train_clip(config: ClipTrainConfig) -> Path:
         from ..eval.clip import WEIGHTS_FILE
 
         model.load_state_dict({k: v.float() for k, v in load_file(Path(config.init) / WEIGHTS_FILE).items()})
+    preprocess = {"mean": list(open_clip.OPENAI_DATASET_MEAN), "std": list(open_clip.OPENAI_DATASET_STD)}
+    open_clip.set_model_preprocess_cfg(model, {"size": config.image_size, **preprocess})
     mean, std = (
-        torch.tensor(open_clip.OPENAI_DATASET_MEAN).view(1, 3, 1, 1),
-        torch.tensor(open_clip.OPENAI_DATASET_STD).view(1, 3, 1, 1),
+        torch.tensor(preprocess["mean"]).view(1, 3, 1, 1),
+        torch.tensor(preprocess["std"]).view(1, 3, 1, 1),
     )
+
+    def tokenize(texts: list[str]) -> torch.Tensor:
+        # open_clip's CLIP adds its positional embedding at full length: pad to the context length
+        return tokenizer(texts, padding="max_length", truncation=True, max_length=config.context_length,
+                         return_tensors="pt")["input_ids"]  # fmt: skip
+
+    def evaluate(step: int, minutes: float) -> None:
+        if config.eval_scenes > 0:
+            accuracy = zero_shot_accuracy(
+                OpenCLIP(model, tokenize, key=f"training:{step}"), config.eval_scenes
+            )
+            append_jsonl(log, {"step": step, "minutes": round(minutes, 2), **accuracy})
+            progress.write(
+                f"step {step}: zero-shot colour {accuracy['color']:.3f}, shape {accuracy['shape']:.3f}"
+            )
+        model.train()
+
     images, scenes = _render_set(config)
     rng = np.random.default_rng(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.1)
@@ -152,24 +250,13 @@ def train_clip(config: ClipTrainConfig) -> Path:
     while step < config.max_steps and time.time() - start < config.max_minutes * 60:
         index = rng.integers(0, len(scenes), config.batch_size)
         pixels = (images[torch.from_numpy(index)].float() / 255 - mean) / std
-        captions = [describe(scenes[i], rng) for i in index]
-        if config.hard_negatives:
-            captions += [describe(swap_shape(scenes[i], rng), rng) for i in index]
-        texts = tokenizer(
-            captions,
-            padding="max_length",
-            truncation=True,
-            max_length=config.context_length,
-            return_tensors="pt",
-        )["input_ids"]
+        texts = tokenize(captions_with_negatives([scenes[i] for i in index], config, rng))
         warm = min(1.0, (step + 1) / 200)
         decay = 0.5 * (1 + np.cos(np.pi * min(1.0, step / config.max_steps)))
         for group in optimizer.param_groups:
             group["lr"] = config.lr * warm * max(decay, 0.05)
         image_features, text_features, scale = model(pixels, texts)
-        logits = scale * image_features @ text_features.T  # [B, B] or [B, 2B] with the hard negatives
-        target = torch.arange(len(index))
-        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits[:, : len(index)].T, target)) / 2
+        loss = clip_loss(image_features, text_features, scale)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -177,23 +264,22 @@ def train_clip(config: ClipTrainConfig) -> Path:
         progress.update(1)
         if step % config.log_every == 0:
             progress.set_postfix(loss=f"{loss.item():.3f}")
-            record = {
-                "step": step,
-                "minutes": round((time.time() - start) / 60, 2),
-                "loss": round(loss.item(), 4),
-            }
-            append_jsonl(log, record)
+            append_jsonl(
+                log,
+                {
+                    "step": step,
+                    "minutes": round((time.time() - start) / 60, 2),
+                    "loss": round(loss.item(), 4),
+                },
+            )
+        if config.eval_every > 0 and step % config.eval_every == 0:
+            evaluate(step, (time.time() - start) / 60)
+    progress.close()
+    if config.eval_every <= 0 or step % config.eval_every:
+        evaluate(step, (time.time() - start) / 60)
     model.eval()
     # bfloat16 on disk keeps the package small; open_clip loads it into float32 parameters
-    save_open_clip_folder(
-        model.to(torch.bfloat16),
-        cfg,
-        out,
-        preprocess_cfg={
-            "mean": list(open_clip.OPENAI_DATASET_MEAN),
-            "std": list(open_clip.OPENAI_DATASET_STD),
-        },
-    )
+    save_open_clip_folder(model.to(torch.bfloat16), cfg, out, preprocess_cfg=preprocess)
     tokenizer.save_pretrained(out)
     return out
 
