@@ -32,7 +32,12 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| sampler | forward passes | step compression | s / image | latency speedup |" in printed
+    header = (
+        "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
+        "| peak memory (MB) |"
+    )
+    assert header in printed
+    assert printed.count("\n| ") >= 1 + 4  # the header and one row per sampler
     result = json.loads((tmp_path / "bench.json").read_text())
     rows = {row["sampler"]: row for row in result["samplers"]}
     assert list(rows) == ["ar", "sjd:window=4", "zipar:w=2", "lantern:k=4,delta=0.1"]

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from arjet.samplers import SJD, Lantern
+from arjet.samplers import SJD, Lantern, ZipAR
 from arjet.samplers.lantern import neighbour_table
 from arjet.testing import tiny_pipeline
 
@@ -105,3 +105,27 @@ def test_lantern_accepts_more_than_sjd_on_a_model(family):
     exact = pipe("a red circle", sampler=SJD(window=4), **kwargs).stats
     relaxed = pipe("a red circle", sampler=SJD(window=4, acceptance=Lantern(k=8, delta=0.4)), **kwargs).stats
     assert sum(s.forward_passes for s in relaxed) < sum(s.forward_passes for s in exact)
+
+
+def test_a_pipeline_refuses_lantern_without_a_codebook_before_any_model_work(monkeypatch):
+    pipe = tiny_pipeline("emu3", grid=(2, 3), vocab_size=8)
+    monkeypatch.delattr(type(pipe.image_tokenizer), "codebook")
+    monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("encoded before the check"))
+    for sampler in ("lantern", "zipar+lantern", SJD(window=3, acceptance=Lantern(k=2))):
+        with pytest.raises(
+            ValueError, match="lantern acceptance rule, which needs the image tokenizer's codebook"
+        ):
+            pipe("a red circle", sampler=sampler)
+
+
+def test_zipar_with_lantern_relaxes_each_row_window(family):
+    pipe = tiny_pipeline(family, grid=(4, 4) if family == "janus" else (3, 4), vocab_size=16, logit_scale=2.0)
+    kwargs = dict(num_images_per_prompt=16, seed=0, output_type="latent")
+    verified = pipe("a red circle", sampler=ZipAR(w=2, verify=SJD(window=3)), **kwargs)
+    exact_rule = ZipAR(w=2, verify=SJD(window=3, acceptance=Lantern(k=8, delta=0.0)))
+    assert torch.equal(pipe("a red circle", sampler=exact_rule, **kwargs).codes, verified.codes)
+    relaxed = pipe(
+        "a red circle", sampler=ZipAR(w=2, verify=SJD(window=3, acceptance=Lantern(k=8, delta=0.4))), **kwargs
+    )
+    assert (relaxed.codes >= 0).all()
+    assert sum(s.forward_passes for s in relaxed.stats) < sum(s.forward_passes for s in verified.stats)

@@ -40,17 +40,38 @@ class _Spy:
 
         def logits(session, cells, codes, ephemeral=None, group=None):
             out = original(session, cells, codes, ephemeral, group)
-            self.calls.append(
-                (cells.clone(), codes.clone(), None if ephemeral is None else ephemeral.clone(), out)
-            )
+            ephemeral = torch.zeros_like(cells, dtype=torch.bool) if ephemeral is None else ephemeral
+            group = torch.zeros_like(cells) if group is None else group
+            self.calls.append((cells.clone(), codes.clone(), ephemeral.clone(), group.clone(), out))
             return out
 
         monkeypatch.setattr(DecodingSession, "logits", logits)
 
 
-def test_each_query_sees_exactly_the_cells_decoded_before_it(family, monkeypatch):
-    """Compare every ZipAR query with a full forward over exactly the cells decoded when it ran (plus, for a
-    row start, the placeholder standing in for the missing cell before it): no empty cell is ever seen.
+def _visible_inputs(cells, codes, ephemeral, group, query: int) -> dict[int, int]:
+    """{cell: code} of this call's inputs that `query` may see: inputs sit one cell before their query,
+    at or before the query's own input, in group 0 or the query's group; an ephemeral one only for itself."""
+    cell = int(cells[query])
+    seen = {}
+    for other in range(len(cells)):
+        slot = int(cells[other]) - 1
+        if slot < 0 or slot > cell - 1:
+            continue
+        if int(group[other]) not in (0, int(group[query])):
+            continue
+        if bool(ephemeral[other]) and other != query:
+            continue
+        seen[slot] = int(codes[other])
+    return seen
+
+
+@pytest.mark.parametrize(
+    "sampler", [ZipAR(w=2), ZipAR(w=2, verify=SJD(window=3)), SJD(window=3, init="repeat_vertical")], ids=repr
+)
+def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, monkeypatch):
+    """Compare every query with a full forward over exactly what it may see: the cells decoded before the
+    forward, plus this forward's inputs in its own lane (the row's drafts; for a row start, the placeholder
+    standing in for the missing cell before it). No empty cell and no other row's draft is ever seen.
 
     One transformer layer, so a cached key depends on its own token only; with more layers a cell's keys
     also carry the context it had when it was fed, as in every KV-cached ZipAR."""
@@ -64,23 +85,25 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, monkeypatch
         snapshots.append(tensors["codes"].flatten(1).clone())
         return tensors
 
-    out = pipe("a red circle", sampler=ZipAR(w=2), seed=3, guidance_scale=3.0, callback_on_step_end=record)
+    out = pipe("a red circle", sampler=sampler, seed=3, guidance_scale=3.0, callback_on_step_end=record)
     final = out.codes.flatten(1)
     prefix = pipe.encode_prompts(["a red circle"], None, grid, guided=True)
-    checked = 0
-    for (cells, codes, ephemeral, logits), known in zip(spy.calls, snapshots, strict=False):
-        for j, cell in enumerate(cells[0].tolist()):
-            if cell <= 0 or (known[0, cell] >= 0):
-                continue  # cell 0 comes from the prefill; already-decoded cells are only fed, not predicted
+    predicted = set()
+    assert len(spy.calls) == len(snapshots) - 1  # one forward per step
+    for (cells, codes, ephemeral, group, logits), known in zip(spy.calls, snapshots, strict=False):
+        for query, cell in enumerate(cells[0].tolist()):
+            if cell <= 0 or cell >= height * width or known[0, cell] >= 0:
+                continue  # cell 0 comes from the prefill; decoded cells (and row-end feeds) are not predicted
             sequence = final.clone()
-            hidden = tuple(c for c in range(cell) if known[0, c] < 0)
-            if ephemeral is not None and ephemeral[0, j]:
-                sequence[0, cell - 1] = codes[0, j]  # the placeholder code at the missing predecessor
-                hidden = tuple(c for c in hidden if c != cell - 1)
+            visible = {c for c in range(cell) if known[0, c] >= 0}
+            for slot, code in _visible_inputs(cells[0], codes[0], ephemeral[0], group[0], query).items():
+                sequence[0, slot] = code
+                visible.add(slot)
+            hidden = tuple(c for c in range(cell) if c not in visible)
             reference = full_sequence_logits(pipe, prefix, sequence.view(1, *grid), 3.0, hidden_cells=hidden)
-            torch.testing.assert_close(logits[0, j], reference[0, cell], atol=1e-4, rtol=1e-4)
-            checked += 1
-    assert checked == height * width - 1
+            torch.testing.assert_close(logits[0, query], reference[0, cell], atol=1e-4, rtol=1e-4)
+            predicted.add(cell)
+    assert predicted == set(range(1, height * width))
 
 
 def test_verified_zipar_rows_advance_by_windows(family):

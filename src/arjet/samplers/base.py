@@ -113,6 +113,7 @@ class Sampler(Protocol):
     """A decoding algorithm over the session's grid."""
 
     name: ClassVar[str]
+    # optional `needs_codebook: bool`: the sampler compares codes (LANTERN) and needs the tokenizer's codebook
 
     def run(
         self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace

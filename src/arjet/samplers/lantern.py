@@ -37,6 +37,7 @@ class Lantern:
     lam: float | None = None
     top: int = 8
     name: ClassVar[str] = "lantern"
+    needs_codebook: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:

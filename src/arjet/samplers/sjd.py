@@ -44,6 +44,11 @@ class SJD:
         check_window(self.window)
         check_scheme(self.init)
 
+    @property
+    def needs_codebook(self) -> bool:
+        """Whether the acceptance rule compares codes (LANTERN), so the tokenizer must have a codebook."""
+        return getattr(self.acceptance, "needs_codebook", False)
+
     def config(self) -> WindowConfig:
         return WindowConfig(self.window, self.init, self.coupling, self.acceptance)
 

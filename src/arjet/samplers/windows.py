@@ -194,10 +194,11 @@ def _start_lanes(state: _State, lag: int, config: WindowConfig, trace: DecodeTra
         ready[:, 1:] = ((state.n[:, :-1] - state.starts[:-1]) >= lag) | done_above
     ready[:, 1:] &= state.started[:, :-1]
     newly = ~state.started & ready
-    if bool(newly.any()):
-        state.started |= newly
-        if config.window > 1:
-            _fill_drafts(state, torch.zeros_like(state.n), newly, config, trace, rng)
+    state.started |= newly
+    if config.window > 1:
+        # every image draws its uniforms at every step, whether or not a lane starts: an image's random
+        # stream (and so its codes) must not depend on how fast the other images of the batch go
+        _fill_drafts(state, torch.zeros_like(state.n), newly, config, trace, rng)
 
 
 def _fill_drafts(

@@ -41,6 +41,10 @@ class ZipAR:
         if self.verify is not None:
             self.name = "zipar+sjd"
 
+    @property
+    def needs_codebook(self) -> bool:
+        return self.verify is not None and self.verify.needs_codebook
+
     def lag(self, width: int) -> int:
         return self.w if self.w is not None else max(1, width // 2)
 
