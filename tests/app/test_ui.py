@@ -75,3 +75,11 @@ def test_a_burst_of_requests_is_bounded_by_the_queue(client):
     assert served >= 1 and refused >= 1
     image, *_ = client.predict(*_arguments(sampler="ar", seed=2), api_name="/generate")
     assert _pixels(image).std() > 10
+
+
+def test_examples_use_only_words_the_built_in_model_knows(builtin_pipe):
+    from arjet.app.ui import EXAMPLES
+
+    tokenizer = builtin_pipe.tokenizer
+    for example in EXAMPLES:
+        assert tokenizer.unk_token_id not in tokenizer(example)["input_ids"], example

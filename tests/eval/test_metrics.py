@@ -148,3 +148,48 @@ def test_inception_features_load_from_a_local_file(tmp_path):
     assert features.num_features == 2048 and features.key.startswith("inception:")
     images = to_pil(colour_squares(WARM[:4], seed=1))
     assert abs(frechet_distance(features, feature_statistics(features, images), images)) < 1e-3
+
+
+def test_the_shipped_domain_clip_scores_held_out_renders():
+    """The built-in domain CLIP, as `arjet eval` uses it by default: FID of a set against itself ~ 0 and far
+    above the two-reference-set floor for clearly different images; matching prompts score above rolled ones."""
+    from arjet.data import heldout_set, render_reference
+
+    items = heldout_set(240)
+    renders = [render_reference(item, 64) for item in items]
+    features = load_feature_network("domain")
+    first = feature_statistics(features, renders[:120])
+    assert abs(frechet_distance(features, first, renders[:120])) < 1e-3
+    floor = frechet_distance(features, first, renders[120:])
+    colours = torch.randint(0, 256, (120, 3), generator=torch.Generator().manual_seed(0)).tolist()
+    flat = [PIL.Image.new("RGB", (64, 64), tuple(colour)) for colour in colours]
+    assert frechet_distance(features, first, flat) > 3 * floor
+
+    clip = load_clip("domain")
+    prompts = [item["prompt"] for item in items[:120]]
+    matching = torch.tensor(clip_scores(clip, renders[:120], prompts))
+    rolled = torch.tensor(clip_scores(clip, renders[:120], prompts[1:] + prompts[:1]))
+    assert (matching > rolled).float().mean() >= 0.9
+
+
+def test_any_open_clip_model_with_local_weights_gives_features_and_scores(tiny_clip_dir, monkeypatch):
+    """`open_clip:<model name>:<weights file>`: a model open_clip knows by name, weights from a local file
+    (here the tiny test CLIP, registered under a name of its own)."""
+    import open_clip
+    from open_clip import factory
+
+    from .conftest import TINY_CLIP_CONFIG
+
+    monkeypatch.setitem(factory._MODEL_CONFIGS, "arjet-tiny-test", TINY_CLIP_CONFIG)
+    assert "arjet-tiny-test" in open_clip.list_models()
+    spec = f"open_clip:arjet-tiny-test:{tiny_clip_dir / 'open_clip_model.safetensors'}"
+    features = load_feature_network(spec)
+    assert features.key.startswith("clip:")
+    warm = to_pil(colour_squares(WARM, seed=1))
+    reference = feature_statistics(features, warm)
+    assert abs(frechet_distance(features, reference, warm)) < 1e-3
+    assert frechet_distance(features, reference, to_pil(colour_squares(COOL, seed=3))) > 0.5
+    clip = load_clip(spec)
+    images = to_pil(colour_squares(["red", "blue"], seed=5))
+    red, blue = (clip_scores(clip, images, [f"a {name} square"] * 2) for name in ("red", "blue"))
+    assert red[0] > blue[0] and blue[1] > red[1]

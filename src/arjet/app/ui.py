@@ -8,6 +8,7 @@ sampler and then with `ar`, side by side. Every bad input becomes a `gr.Error` s
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -22,11 +23,12 @@ from ..reports.plots import commit_step_maps
 from .live import stream_decode
 from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
 
+logger = logging.getLogger(__name__)
 DISPLAY_SIZE = 320
 EXAMPLES = [
     "a red circle left of a blue square",
     "three green triangles",
-    "a yellow star above a purple heart on a striped background",
+    "a yellow star above a purple hexagon on a striped background",
 ]
 OPTION_HINTS = {
     "sjd": "window=16, init=sample_horizontal",
@@ -162,6 +164,9 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
                 yield *shown, None, f"**{spec}**: {frame.decoded} / {frame.total} codes decoded"
     except ValueError as error:  # e.g. a sampler that needs a fine-tuned model (sjd2)
         raise gr.Error(str(error)) from None
+    except Exception as error:  # the page gets a readable line, the operator the traceback
+        logger.exception("decoding %r with %s failed", request.prompt, runs)
+        raise gr.Error(f"generation failed ({type(error).__name__}); please try again") from None
     yield *shown, _heat_map(outputs, request), _stats_table(outputs, runs)
 
 

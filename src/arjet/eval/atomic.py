@@ -30,6 +30,15 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def remove_temporaries(folder: str | os.PathLike) -> int:
+    """Delete the temporary files of writes that never finished (a process killed mid-write leaves them);
+    returns how many. Only call it while nothing writes into `folder`."""
+    stale = list(Path(folder).rglob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_target(path) as temporary:
         temporary.write_text(text, encoding="utf-8")

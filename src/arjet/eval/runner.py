@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .. import samplers as sampler_registry
-from .atomic import save_image
+from .atomic import remove_temporaries, save_image
 from .records import RecordLog, read_records, record_key, sort_records, write_merged
 from .scoring import MetricOptions, score_run, speed_summaries
 from .settings import EvalSettings, check_out_dir, write_config
@@ -107,8 +107,11 @@ def run_eval(
     state = join_processes(device)
     resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
     wait_for_everyone(state)
-    if state.is_main_process and not resuming:
-        write_config(out, settings)
+    if state.is_main_process:
+        if resuming:
+            remove_temporaries(out)  # half-written files of a killed run; no process writes yet
+        else:
+            write_config(out, settings)
     wait_for_everyone(state)
     done = {record_key(r) for r in read_records(out)}
     log = RecordLog(out, state.process_index)
