@@ -45,6 +45,26 @@ def test_compare_shows_the_sampler_next_to_ar(client):
     assert "fewer forward passes than `ar`" in stats
 
 
+def test_compare_with_ar_chosen_runs_ar_once(client):
+    image, baseline, heat, stats = client.predict(*_arguments(sampler="ar"), api_name="/compare")
+    assert _pixels(image).std() > 10 and baseline is None
+    assert stats.count("| `ar` |") == 1
+
+
+def test_an_unexpected_failure_gives_a_message_and_the_server_keeps_serving(client, monkeypatch):
+    from arjet.app import ui
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(ui, "_frames", broken)
+    with pytest.raises(AppError, match=r"generation failed \(RuntimeError\); please try again"):
+        client.predict(*_arguments(), api_name="/generate")
+    monkeypatch.undo()
+    image, *_ = client.predict(*_arguments(sampler="ar", seed=2), api_name="/generate")
+    assert _pixels(image).std() > 10
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [

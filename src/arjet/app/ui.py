@@ -151,7 +151,7 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
         pipe = shelf.get(model)
     except (ValueError, FileNotFoundError) as error:
         raise gr.Error(str(error)) from None
-    runs = [request.sampler] + (["ar"] if with_ar else [])
+    runs = [request.sampler] + (["ar"] if with_ar and request.sampler != "ar" else [])  # ar once is enough
     shown: list[PIL.Image.Image | None] = [None, None]
     outputs: dict[str, ARPipelineOutput] = {}
     try:
