@@ -63,14 +63,13 @@ def _check_resolution(folder: str | Path, resolution: Any) -> int:
                 f"cannot tell which Lumina-mGPT checkpoint {folder} is; pass the size it was trained for, e.g. "
                 f"from_pretrained(..., resolution=768) (released checkpoints: {known})"
             )
-    if (
-        isinstance(resolution, bool)
-        or not isinstance(resolution, int)
-        or resolution < GRID_UNIT
-        or resolution % GRID_UNIT
-    ):
-        raise ValueError(f"resolution must be a positive multiple of {GRID_UNIT} pixels, got {resolution!r}")
-    return resolution
+    return _check_pixels("resolution", resolution)
+
+
+def _check_pixels(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < GRID_UNIT or value % GRID_UNIT:
+        raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
+    return value
 
 
 def image_token_name(code: int) -> str:
@@ -144,14 +143,8 @@ class LuminaMGPTPipeline(BaseARPipeline):
         return self.config.resolution, self.config.resolution
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
-        for name, value in (("height", height), ("width", width)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < GRID_UNIT
-                or value % GRID_UNIT
-            ):
-                raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
+        _check_pixels("height", height)
+        _check_pixels("width", width)
         limit = self.config.resolution
         if height * width > limit * limit:
             raise ValueError(
