@@ -95,8 +95,16 @@ def _chunks(items: list, size: int) -> list[list]:
 
 
 def domain_report(
-    pipe, n: int = 500, sampler: str = "ar", seed: int = 0, clip: str = "domain", batch: int = 50
+    pipe,
+    n: int = 500,
+    sampler: str = "ar",
+    seed: int = 0,
+    clip: str = "domain",
+    batch: int = 50,
+    **sampling: Any,
 ) -> dict[str, Any]:
+    """Generate one image for each of the first `n` held-out prompts (`sampling`: the pipeline's
+    guidance_scale / temperature / top_k / top_p) and judge them with the CLIP next to their references."""
     from tqdm.auto import tqdm
 
     items = heldout_set(2 * n)
@@ -109,7 +117,7 @@ def domain_report(
     generated = []
     pipe.set_progress_bar_config(disable=True)
     for start in tqdm(range(0, n, batch), desc=f"generating ({sampler})"):
-        out = pipe(prompts[start : start + batch], sampler=sampler, seed=seed + start)
+        out = pipe(prompts[start : start + batch], sampler=sampler, seed=seed + start, **sampling)
         generated.extend(out.images)
     references = [render_reference(item, size) for item in first]
     other_references = [render_reference(item, size) for item in second]
@@ -121,6 +129,7 @@ def domain_report(
     return {
         "n": n,
         "sampler": sampler,
+        **{key: value for key, value in sampling.items() if value is not None},
         "clip_score_generated": _mean(clip_scores(model, generated, prompts)),
         "clip_score_references": _mean(clip_scores(model, references, prompts)),
         "fid_generated_vs_references": frechet_distance(features, reference_stats, generated),
@@ -137,21 +146,24 @@ def _mean(values: list[float]) -> float:
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    from ..commands.common import add_model_arguments
+    from ..commands.common import add_model_arguments, add_sampling_arguments
 
     parser = subparsers.add_parser("domain-report", help="quality of the built-in shapes model (domain CLIP)")
     add_model_arguments(parser)
     parser.add_argument("--n", type=int, default=500, help="held-out prompts (references: 2n)")
     parser.add_argument("--sampler", default="ar")
     parser.add_argument("--seed", type=int, default=0)
+    add_sampling_arguments(parser)
     parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.common import load_pipeline
+    from ..commands.common import load_pipeline, sampling_kwargs
 
-    report = domain_report(load_pipeline(args), n=args.n, sampler=args.sampler, seed=args.seed)
+    report = domain_report(
+        load_pipeline(args), n=args.n, sampler=args.sampler, seed=args.seed, **sampling_kwargs(args)
+    )
     for key, value in report.items():
         print(f"{key:40s} {value:.4f}" if isinstance(value, float) else f"{key:40s} {value}")
     if args.json_out:
