@@ -311,9 +311,7 @@ class BaseARPipeline(DiffusionPipeline):
         if num_images_per_prompt < 1:
             raise ValueError(f"num_images_per_prompt must be >= 1, got {num_images_per_prompt}")
         sampler = sampler_registry.get(sampler)
-        if getattr(sampler, "needs_codebook", False) and not callable(
-            getattr(self.image_tokenizer, "codebook", None)
-        ):
+        if getattr(sampler, "needs_codebook", False) and not _has_codebook(self.image_tokenizer):
             raise ValueError(
                 f"sampler {sampler!r} uses the lantern acceptance rule, which needs the image tokenizer's codebook, "
                 f"and {type(self.image_tokenizer).__name__} has none; use the exact rule (e.g. sampler='sjd')"
@@ -426,11 +424,14 @@ def _check_callback_return(returned: Any, state: dict[str, torch.Tensor]) -> Non
             )
 
 
+def _has_codebook(tokenizer: ImageTokenizer) -> bool:
+    return callable(getattr(tokenizer, "codebook", None))
+
+
 def _codebook(tokenizer: ImageTokenizer) -> torch.Tensor | None:
     """The tokenizer's `[V, d]` code vectors, or None for a tokenizer without a codebook (only rules that
     compare codes, such as LANTERN's, need one)."""
-    codebook = getattr(tokenizer, "codebook", None)
-    return codebook() if callable(codebook) else None
+    return tokenizer.codebook() if _has_codebook(tokenizer) else None
 
 
 def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[str]:
