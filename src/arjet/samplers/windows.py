@@ -182,7 +182,7 @@ def run_windows(
             carried_q = p.gather(-2, source[..., None].expand(-1, -1, -1, vocab))
             state.proposals = torch.where(carried[..., None], carried_q, state.proposals)
             state.n = state.n + advanced
-            _fill_drafts(state, carried.sum(-1), active, config, trace, rng)
+            _fill_drafts(state, carried.sum(-1), active, config, trace, rng.uniform(*state.drafts.shape[1:]))
         else:
             state.n = state.n + advanced
 
@@ -198,7 +198,9 @@ def _start_lanes(state: _State, lag: int, config: WindowConfig, trace: DecodeTra
     if config.window > 1:
         # every image draws its uniforms at every step, whether or not a lane starts: an image's random
         # stream (and so its codes) must not depend on how fast the other images of the batch go
-        _fill_drafts(state, torch.zeros_like(state.n), newly, config, trace, rng)
+        u = rng.uniform(*state.drafts.shape[1:])
+        if bool(newly.any()):
+            _fill_drafts(state, torch.zeros_like(state.n), newly, config, trace, u)
 
 
 def _fill_drafts(
@@ -207,13 +209,13 @@ def _fill_drafts(
     lanes: torch.Tensor,
     config: WindowConfig,
     trace: DecodeTrace,
-    rng: ImageRandom,
+    u: torch.Tensor,
 ) -> None:
-    """Initial guesses for draft slots `>= first` of the selected lanes (point-mass proposals)."""
+    """Initial guesses for draft slots `>= first` of the selected lanes (point-mass proposals), drawn with
+    the uniforms `u [B, lanes, slots]`."""
     batch, count, slots = state.drafts.shape
     width = trace.session.grid[1]
     vocab = trace.session.vocab_size
-    u = rng.uniform(count, slots)
     board = torch.cat([trace.codes, torch.full_like(trace.codes[:, :1], -1)], 1)  # last column absorbs writes
     for j in range(slots):
         cell = state.n + j
