@@ -99,7 +99,7 @@ def test_a_burst_of_requests_is_bounded_by_the_queue(client):
 
 def test_examples_use_only_words_the_built_in_model_knows(builtin_pipe):
     from arjet.app.ui import EXAMPLES
+    from arjet.pipelines.prompts import unknown_words
 
-    tokenizer = builtin_pipe.tokenizer
     for example in EXAMPLES:
-        assert tokenizer.unk_token_id not in tokenizer(example)["input_ids"], example
+        assert unknown_words(builtin_pipe.tokenizer, example) == [], example

@@ -271,3 +271,13 @@ def test_a_record_cut_short_is_skipped_and_cut_off_before_appending(tmp_path):
     RecordLog(tmp_path, rank=0).append({"sampler": "ar", "index": 1, "seed": 0})
     assert [r["index"] for r in read_records(tmp_path)] == [0, 1]
     assert log.path.read_text().count("\n") == 2
+
+
+def test_a_builtin_model_is_recorded_by_its_name(tmp_path):
+    out = tmp_path / "builtin"
+    (tmp_path / "prompts.txt").write_text("a red circle\n")
+    args = ["--device", "cpu", "--prompts", str(tmp_path / "prompts.txt"), "--n", "1", "--samplers", "ar"]
+    args += ["--fid-features", "none", "--clip-model", "none", "--no-progress", "--out", str(out)]
+    assert main(["eval", *args]) == 0
+    assert json.loads((out / "metrics.json").read_text())["settings"]["model"] == "shapes"
+    assert "model `shapes` (JanusPipeline" in (out / "report.md").read_text()

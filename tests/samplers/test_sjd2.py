@@ -72,3 +72,18 @@ def test_sjd2_refuses_a_model_without_the_fine_tune():
 def test_bad_sjd2_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SJD2(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "trained", "levels"),
+    [
+        (SJD2(), 16, 4),
+        (SJD2(window=128), 16, 8),
+        (SJD2(), 2, 2),
+        (SJD2(window=8), 16, 1),
+        (SJD2(levels=16), 4, 16),
+    ],
+    ids=repr,
+)
+def test_default_denoising_levels_follow_the_window(sampler, trained, levels):
+    assert sampler.denoising_levels(trained) == levels

@@ -129,6 +129,28 @@ def test_sjd2_stage_adds_noise_conditioning(trained):
     assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
 
 
+def _sjd2_args(trained, base, out, *extra):
+    return [
+        "train", "sjd2", "--base", str(base), "--out", str(out), "--data-cache", str(trained / "ar" / "cache"),
+        "--images", "16", "--batch-size", "4", "--max-steps", "1", "--bf16", "false", *extra,
+    ]  # fmt: skip
+
+
+def test_sjd2_stage_continues_a_fine_tune_with_its_noise_conditioning(trained, capsys):
+    base = trained / "sjd2-base"
+    assert main(_sjd2_args(trained, trained / "ar" / "pipeline", base, "--levels", "4")) == 0
+    unchanged = ("--max-steps", "0", "--seed", "7")  # a fresh conditioning (another seed) would differ
+    assert (
+        main(_sjd2_args(trained, base / "pipeline", trained / "sjd2-more", "--levels", "4", *unchanged)) == 0
+    )
+    before = arjet.ARPipeline.from_pretrained(str(base / "pipeline")).noise_conditioning.state_dict()
+    after = arjet.ARPipeline.from_pretrained(str(trained / "sjd2-more" / "pipeline")).noise_conditioning
+    for name, tensor in after.state_dict().items():
+        torch.testing.assert_close(tensor, before[name], msg=name)
+    assert main(_sjd2_args(trained, base / "pipeline", trained / "sjd2-bad", "--levels", "8")) == 2
+    assert "continue it with --levels 4, not 8" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "tower", [["--vision", "resnet", "--vision-width", "8", "--vision-layers", "1,1,1,1"],
               ["--vision", "vit", "--patch-size", "8", "--vision-width", "32", "--vision-layers", "1"]],

@@ -132,7 +132,7 @@ def _optional(spec: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import samplers
-    from ..builtin import resolve_model
+    from ..builtin import DEFAULT_MODEL, available_models
     from .prompts import PROMPT_SETS, load_prompts
     from .reference import reference_source
     from .runner import join_processes, run_eval
@@ -156,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
     prompt_source = args.prompts
     if args.prompts not in PROMPT_SETS and Path(args.prompts).expanduser().is_file():
         prompt_source = str(Path(args.prompts).expanduser().resolve())
-    model = resolve_model(args.model)
-    if Path(model).expanduser().exists():
+    model = args.model or DEFAULT_MODEL  # a built-in model keeps its name (portable reports)
+    if model not in available_models() and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
 
     # 2. the run

@@ -5,6 +5,9 @@ reference renders: the CLIP score, FID with domain-CLIP features (and the floor:
 sets of references), and colour / shape accuracy: for every object of a scene, the CLIP must prefer the
 scene's canonical description over the same description with that object's colour (or shape) swapped
 for each other value. On the references that is the domain CLIP's zero-shot accuracy.
+
+The same figures for the references passed through the pipeline's image tokenizer (encode, then decode)
+give the ceiling the tokenizer sets: an AR model can draw only what its codes can show.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..data import COLORS, NUMBERS, SHAPES, Scene, heldout_set, render_reference
+from ..data import COLORS, NUMBERS, SHAPES, Scene, heldout_set, render_reference, to_tensor
 from .clip import OpenCLIP, load_clip
 from .features import load_feature_network
 from .metrics import clip_scores, feature_statistics, frechet_distance, image_batches
@@ -90,6 +93,16 @@ def zero_shot_accuracy(clip: OpenCLIP, n: int = 500, size: int = 64) -> dict[str
     )
 
 
+@torch.no_grad()
+def reconstruct(pipe, images: list, batch: int = 100) -> list:
+    """`images` passed through the pipeline's image tokenizer: encoded to codes and decoded again."""
+    out = []
+    for chunk in _chunks(images, batch):
+        pixels = torch.stack([to_tensor(image) for image in chunk]).to(pipe.device)
+        out.extend(pipe.decode_codes(pipe.image_tokenizer.encode(pixels)))
+    return out
+
+
 def _chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -124,21 +137,27 @@ def domain_report(
     model = load_clip(clip)
     features = load_feature_network(clip)
     reference_stats = feature_statistics(features, references)
-    generated_accuracy = attribute_accuracy(model, generated, scenes)
-    reference_accuracy = attribute_accuracy(model, references, scenes)
-    return {
+    report: dict[str, Any] = {
         "n": n,
         "sampler": sampler,
         **{key: value for key, value in sampling.items() if value is not None},
-        "clip_score_generated": _mean(clip_scores(model, generated, prompts)),
-        "clip_score_references": _mean(clip_scores(model, references, prompts)),
-        "fid_generated_vs_references": frechet_distance(features, reference_stats, generated),
-        "fid_floor_references_vs_references": frechet_distance(features, reference_stats, other_references),
-        "color_accuracy_generated": generated_accuracy["color"],
-        "shape_accuracy_generated": generated_accuracy["shape"],
-        "color_accuracy_references": reference_accuracy["color"],
-        "shape_accuracy_references": reference_accuracy["shape"],
     }
+    sets = {
+        "generated": generated,
+        "reconstructions": reconstruct(pipe, references),
+        "references": references,
+    }
+    for name, images in sets.items():
+        report[f"clip_score_{name}"] = _mean(clip_scores(model, images, prompts))
+        if name != "references":
+            report[f"fid_{name}_vs_references"] = frechet_distance(features, reference_stats, images)
+        accuracy = attribute_accuracy(model, images, scenes)
+        report[f"color_accuracy_{name}"] = accuracy["color"]
+        report[f"shape_accuracy_{name}"] = accuracy["shape"]
+    report["fid_floor_references_vs_references"] = frechet_distance(
+        features, reference_stats, other_references
+    )
+    return report
 
 
 def _mean(values: list[float]) -> float:

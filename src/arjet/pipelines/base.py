@@ -25,6 +25,7 @@ from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, Logit
 from ..session import DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..tokenizers.base import ImageTokenizer
 from .loading import checkpoint_kind, resolve_checkpoint
+from .prompts import warn_unknown_words
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 
@@ -221,6 +222,7 @@ class BaseARPipeline(DiffusionPipeline):
         batch, grid = call.batch_size, call.grid
 
         # 2. prompts -> prefix token ids ([cond; uncond] when guided)
+        warn_unknown_words(self.tokenizer, call.prompts)
         guided = call.guidance_scale != 1
         prompts = [p for p in call.prompts for _ in range(num_images_per_prompt)]
         negatives = call.negative_prompts

@@ -1,6 +1,8 @@
-"""Turning token-id rows of different lengths into a left-padded `Prefix`."""
+"""Prompt helpers shared by the pipelines: words the text tokenizer cannot read, left-padding id rows."""
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -25,3 +27,27 @@ def left_pad_rows(
         visible[i, start:] = True if hidden is None else ~torch.tensor(hidden[i], dtype=torch.bool)
         pad[i] = start
     return Prefix(ids.to(device), visible.to(device), pad.to(device))
+
+
+def unknown_words(tokenizer, text: str) -> list[str]:
+    """The pieces of `text` that a fast text tokenizer can only encode as its unknown token."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or not getattr(tokenizer, "is_fast", False):
+        return []
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    pairs = zip(encoding["input_ids"], encoding["offset_mapping"], strict=True)
+    return [text[start:end] for token, (start, end) in pairs if token == unk]
+
+
+def warn_unknown_words(tokenizer, prompts: list[str]) -> None:
+    """Warn once per prompt that has words outside the text tokenizer's vocabulary (a small word-level
+    vocabulary, like the built-in model's, reads them all as one unknown token)."""
+    for text in dict.fromkeys(prompts):
+        words = unknown_words(tokenizer, text)
+        if words:
+            warnings.warn(
+                f"prompt {text!r}: the text tokenizer does not know {', '.join(map(repr, words))}; "
+                "the model reads each as its unknown token",
+                UserWarning,
+                stacklevel=4,  # past __call__ and its torch.no_grad wrapper, to the caller
+            )

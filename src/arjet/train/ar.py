@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
 from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
 
@@ -234,7 +234,7 @@ def train_ar(config: ARTrainConfig) -> Path:
             )
         index = order[cursor : cursor + config.batch_size]
         cursor += config.batch_size
-        lr = _learning_rate(config, step, time.time() - start)
+        lr = warmup_cosine(config, step, time.time() - start)
         for group in optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
@@ -268,17 +268,6 @@ def train_ar(config: ARTrainConfig) -> Path:
     append_jsonl(log, record)
     save(pipe, out, config, record)
     return out / "pipeline"
-
-
-def _learning_rate(config: ARTrainConfig, step: int, seconds: float) -> float:
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    # cosine decay over whichever budget (steps or wall clock) runs out first
-    progress = max(
-        (step - config.warmup_steps) / max(config.max_steps - config.warmup_steps, 1),
-        seconds / (config.max_minutes * 60),
-    )
-    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
 @torch.no_grad()

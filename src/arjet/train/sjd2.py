@@ -6,7 +6,8 @@ the targets stay the clean next codes (ordinary cross-entropy). A share of seque
 and a share of prompts is dropped (CFG), so plain AR sampling keeps its quality. Works for any pipeline
 family through its session adapter; full fine-tuning for small models, LoRA (peft) for large ones;
 `accelerate launch -m arjet.train.sjd2 ...` spreads it over several GPUs. The result is the base pipeline
-plus a `noise_conditioning` component, which is what `sjd2` requires.
+plus a `noise_conditioning` component, which is what `sjd2` requires; a base that already has one (an
+earlier SJD2 fine-tune) is continued.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from ..session import Prefix
 from ..session.noise import NoiseConditioning
 from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
 
@@ -41,6 +43,7 @@ class SJD2TrainConfig:
     condition_dropout: float = 0.1
     batch_size: int = 64
     lr: float = 3e-4
+    min_lr: float = 3e-4  # below lr: cosine decay to it (the noise conditioning's rate scales alike)
     noise_lr: float = 1e-3
     warmup_steps: int = 100
     max_steps: int = 20_000
@@ -137,9 +140,7 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     grid = pipe.grid_for(*pipe.default_size())
-    table = _code_table(pipe)
-    noise = NoiseConditioning(hidden_size=table.shape[-1], levels=config.levels)
-    noise.set_statistics(table)
+    noise = _noise_conditioning(pipe, config.levels)
     model = pipe.model
     if config.lora_rank:
         from peft import LoraConfig, get_peft_model
@@ -169,8 +170,9 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     while step < config.max_steps and time.time() - start < config.max_minutes * 60:
         index = order_rng.integers(0, len(data), config.batch_size)
         prefix, codes = data.batch(index, grid)
+        scale = warmup_cosine(config, step, time.time() - start) / config.lr if config.lr > 0 else 0.0
         for group, base_lr in zip(optimizer.param_groups, (config.lr, config.noise_lr), strict=True):
-            group["lr"] = base_lr * min(1.0, (step + 1) / config.warmup_steps)
+            group["lr"] = base_lr * scale
         with accelerator.autocast():
             clean = adapter.embed_codes(codes.flatten(1)[:, :-1])
             inputs = noisy_code_inputs(accelerator.unwrap_model(noise), clean, config, generator)
@@ -196,6 +198,22 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             json.dumps({"steps": step, "minutes": (time.time() - start) / 60}, indent=2)
         )
     return out / "pipeline"
+
+
+def _noise_conditioning(pipe, levels: int) -> NoiseConditioning:
+    """The base checkpoint's own (continuing an SJD2 fine-tune) or a new one fitted to its code embeddings."""
+    noise = getattr(pipe, "noise_conditioning", None)
+    if noise is not None:
+        if noise.config.levels != levels:
+            raise ValueError(
+                f"the base checkpoint is an SJD2 fine-tune with {noise.config.levels} levels; continue it with "
+                f"--levels {noise.config.levels}, not {levels}"
+            )
+        return noise.float()
+    table = _code_table(pipe)
+    noise = NoiseConditioning(hidden_size=table.shape[-1], levels=levels)
+    noise.set_statistics(table)
+    return noise
 
 
 def _code_table(pipe) -> torch.Tensor:
