@@ -96,39 +96,6 @@ def test_ar_stage_saves_a_working_pipeline(trained):
     assert log[-1]["final"] and log[-1]["heldout_loss"] > 0
 
 
-def test_sjd2_stage_adds_noise_conditioning(trained):
-    out = trained / "sjd2"
-    assert (
-        main(
-            [
-                "train",
-                "sjd2",
-                "--base",
-                str(trained / "ar" / "pipeline"),
-                "--out",
-                str(out),
-                "--data-cache",
-                str(trained / "ar" / "cache"),
-                "--images",
-                "16",
-                "--batch-size",
-                "4",
-                "--max-steps",
-                "2",
-                "--levels",
-                "4",
-                "--bf16",
-                "false",
-            ]
-        )
-        == 0
-    )
-    pipe = arjet.ARPipeline.from_pretrained(str(out / "pipeline"))
-    pipe.set_progress_bar_config(disable=True)
-    assert pipe.noise_conditioning is not None
-    assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
-
-
 def _sjd2_args(trained, base, out, *extra):
     return [
         "train", "sjd2", "--base", str(base), "--out", str(out), "--data-cache", str(trained / "ar" / "cache"),
@@ -136,9 +103,25 @@ def _sjd2_args(trained, base, out, *extra):
     ]  # fmt: skip
 
 
-def test_sjd2_stage_continues_a_fine_tune_with_its_noise_conditioning(trained, capsys):
-    base = trained / "sjd2-base"
-    assert main(_sjd2_args(trained, trained / "ar" / "pipeline", base, "--levels", "4")) == 0
+@pytest.fixture(scope="module")
+def sjd2_trained(trained):
+    """A toy SJD2 fine-tune of the toy AR model (4 levels)."""
+    out = trained / "sjd2"
+    assert (
+        main(_sjd2_args(trained, trained / "ar" / "pipeline", out, "--max-steps", "2", "--levels", "4")) == 0
+    )
+    return out
+
+
+def test_sjd2_stage_adds_noise_conditioning(sjd2_trained):
+    pipe = arjet.ARPipeline.from_pretrained(str(sjd2_trained / "pipeline"))
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.noise_conditioning is not None
+    assert pipe("a red circle", seed=0, sampler="sjd2:window=8").stats[0].tokens == 256
+
+
+def test_sjd2_stage_continues_a_fine_tune_with_its_noise_conditioning(trained, sjd2_trained, capsys):
+    base = sjd2_trained
     unchanged = ("--max-steps", "0", "--seed", "7")  # a fresh conditioning (another seed) would differ
     assert (
         main(_sjd2_args(trained, base / "pipeline", trained / "sjd2-more", "--levels", "4", *unchanged)) == 0

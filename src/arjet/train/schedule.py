@@ -1,4 +1,4 @@
-"""The learning-rate schedule of every `arjet train` stage that has one."""
+"""The learning-rate schedule of `arjet train ar` and `arjet train sjd2`."""
 
 from __future__ import annotations
 
