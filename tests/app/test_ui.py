@@ -82,6 +82,15 @@ def test_bad_input_gives_a_message_and_the_server_keeps_serving(client, changes,
     assert _pixels(image).std() > 10
 
 
+def test_words_the_model_does_not_know_are_named_on_the_page(client):
+    *_, stats = client.predict(
+        *_arguments(prompt="a red heart left of a blue square", sampler="ar"), api_name="/generate"
+    )
+    assert "The model does not know 'heart'" in stats
+    *_, stats = client.predict(*_arguments(sampler="ar"), api_name="/generate")
+    assert "does not know" not in stats
+
+
 def test_a_burst_of_requests_is_bounded_by_the_queue(client):
     jobs = [client.submit(*_arguments(sampler="ar", seed=i), api_name="/generate") for i in range(10)]
     served, refused = 0, 0

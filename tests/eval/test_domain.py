@@ -1,6 +1,7 @@
 """The domain report: canonical phrasings, attribute-swap variants, and the report on a few prompts."""
 
 import numpy as np
+import PIL.Image
 import pytest
 
 from arjet.data import COLORS, SHAPES, Background, Scene, Shape, heldout_set, render_reference
@@ -51,8 +52,10 @@ def test_variants_swap_one_object_and_mark_the_truth():
     assert len(texts) == len(SHAPES) and texts[truth] == "two red stars on a white background"
 
 
-def test_report_on_a_few_prompts(builtin_pipe):
-    report = domain_report(builtin_pipe, n=6, batch=6)
+def test_report_on_a_few_prompts(builtin_pipe, tmp_path):
+    report = domain_report(builtin_pipe, n=6, batch=6, grid=tmp_path / "grid.png", grid_rows=4)
+    with PIL.Image.open(tmp_path / "grid.png") as grid:
+        assert grid.height > 4 * 64  # four prompts down, enlarged
     assert report["n"] == 6 and report["sampler"] == "ar"
     for name in ("generated", "reconstructions", "references"):
         for attribute in ("color", "shape"):

@@ -31,7 +31,14 @@ def _setup(family):
 
 
 @pytest.mark.parametrize(
-    "sampler", [SJD2(window=4), SJD2(window=3, levels=2), SJD2(window=8, levels=8)], ids=repr
+    "sampler",
+    [
+        SJD2(window=4),
+        SJD2(window=3, levels=2),
+        SJD2(window=8, levels=8),
+        SJD2(window=5, levels=2, coupling=False),
+    ],
+    ids=repr,
 )
 def test_sjd2_is_lossless_with_respect_to_the_noise_conditioned_model(family, sampler):
     pipe, exact = _setup(family)
@@ -67,7 +74,12 @@ def test_sjd2_refuses_a_model_without_the_fine_tune():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"), [(dict(window=1), "at least 2"), (dict(levels=0), "levels must be")]
+    ("kwargs", "message"),
+    [
+        (dict(window=1), "at least 2"),
+        (dict(levels=0), "levels must be"),
+        (dict(coupling="yes"), "coupling must be"),
+    ],
 )
 def test_bad_sjd2_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

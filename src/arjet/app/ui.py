@@ -19,6 +19,7 @@ import PIL.Image
 from .. import samplers
 from ..builtin import available_models, load_model
 from ..pipelines.base import ARPipelineOutput
+from ..pipelines.prompts import unknown_words
 from ..reports.plots import commit_step_maps
 from .live import stream_decode
 from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
@@ -151,6 +152,9 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
         pipe = shelf.get(model)
     except (ValueError, FileNotFoundError) as error:
         raise gr.Error(str(error)) from None
+    notice = _unknown_words_notice(pipe, request.prompt)
+    if notice:
+        gr.Warning(notice)
     runs = [request.sampler] + (["ar"] if with_ar and request.sampler != "ar" else [])  # ar once is enough
     shown: list[PIL.Image.Image | None] = [None, None]
     outputs: dict[str, ARPipelineOutput] = {}
@@ -167,7 +171,18 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
     except Exception as error:  # the page gets a readable line, the operator the traceback
         logger.exception("decoding %r with %s failed", request.prompt, runs)
         raise gr.Error(f"generation failed ({type(error).__name__}); please try again") from None
-    yield *shown, _heat_map(outputs, request), _stats_table(outputs, runs)
+    yield (
+        *shown,
+        _heat_map(outputs, request),
+        _stats_table(outputs, runs) + (f"\n\n{notice}" if notice else ""),
+    )
+
+
+def _unknown_words_notice(pipe, prompt: str) -> str:
+    words = unknown_words(pipe.tokenizer, prompt)
+    if not words:
+        return ""
+    return f"The model does not know {', '.join(map(repr, words))}; it reads each as its unknown token."
 
 
 def _frames(pipe, request: DecodeRequest, spec: str):

@@ -114,10 +114,13 @@ def domain_report(
     seed: int = 0,
     clip: str = "domain",
     batch: int = 50,
+    grid: str | Path | None = None,
+    grid_rows: int = 12,
     **sampling: Any,
 ) -> dict[str, Any]:
     """Generate one image for each of the first `n` held-out prompts (`sampling`: the pipeline's
-    guidance_scale / temperature / top_k / top_p) and judge them with the CLIP next to their references."""
+    guidance_scale / temperature / top_k / top_p) and judge them with the CLIP next to their references.
+    `grid`: also save the first `grid_rows` prompts' reference, reconstruction and generated image there."""
     from tqdm.auto import tqdm
 
     items = heldout_set(2 * n)
@@ -147,6 +150,8 @@ def domain_report(
         "reconstructions": reconstruct(pipe, references),
         "references": references,
     }
+    if grid is not None:
+        _save_grid(Path(grid), sets, prompts[:grid_rows], sampler)
     for name, images in sets.items():
         report[f"clip_score_{name}"] = _mean(clip_scores(model, images, prompts))
         if name != "references":
@@ -158,6 +163,16 @@ def domain_report(
         features, reference_stats, other_references
     )
     return report
+
+
+def _save_grid(path: Path, sets: dict[str, list], prompts: list[str], sampler: str) -> None:
+    from ..reports.plots import comparison_grid
+
+    order = ("references", "reconstructions", "generated")
+    rows = [[sets[name][i] for name in order] for i in range(len(prompts))]
+    figure = comparison_grid(rows, prompts, ["reference", "VQ reconstruction", f"generated ({sampler})"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
 
 
 def _mean(values: list[float]) -> float:
@@ -174,6 +189,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_sampling_arguments(parser)
     parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too")
+    parser.add_argument(
+        "--grid",
+        default=None,
+        help="save a PNG of the first prompts: reference, VQ reconstruction, generated",
+    )
     parser.set_defaults(func=run)
 
 
@@ -181,7 +201,12 @@ def run(args: argparse.Namespace) -> int:
     from ..commands.common import load_pipeline, sampling_kwargs
 
     report = domain_report(
-        load_pipeline(args), n=args.n, sampler=args.sampler, seed=args.seed, **sampling_kwargs(args)
+        load_pipeline(args),
+        n=args.n,
+        sampler=args.sampler,
+        seed=args.seed,
+        grid=args.grid,
+        **sampling_kwargs(args),
     )
     for key, value in report.items():
         print(f"{key:40s} {value:.4f}" if isinstance(value, float) else f"{key:40s} {value}")

@@ -13,6 +13,12 @@ accepted with probability `min(1, p(x) / q(x))`, where `p` is this forward's pro
 A slot's `p` is only a valid target while every slot before it fed a clean draft, so verification stops
 after the first noisy slot; a rejection is resampled from the residual, and a fully verified clean window
 gives a bonus token. The result is exactly the fine-tuned model's `ar` distribution.
+
+Every slot's new draft is a sample from this forward's `p`, coupled with its old draft as in MC-SJD: the
+old draft is kept with probability `min(1, p(x) / q(x))`, else the new one comes from the residual. Its
+marginal is still `p` (so the test above stays exact), but drafts stop flickering between equally likely
+codes, and with them the targets the noisy slots are denoised towards; on the built-in model it saves a
+fifth of `sjd2`'s forward passes (67.5 -> 52.9 on 200 prompts; `coupling=False` turns it off).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from .base import DecodeTrace
 from .policy import LogitsPolicy
 from .random import ImageRandom, sample
 from .sjd import check_window
-from .speculative import accept_prefix, one_hot, residual
+from .speculative import accept_prefix, couple, one_hot, residual
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -37,11 +43,12 @@ class SJD2:
     """`window`: cells predicted per forward (default 64); `levels`: denoising steps a slot takes from pure
     noise to clean (default: `window // 16`, at most the checkpoint's). A slot moves several cells towards
     the front per forward, so with many levels it would still be noisy when it got there and the verified
-    clean front of the window would shrink; on the built-in model 4 levels of 16 need 18% fewer forwards
-    than 16."""
+    clean front of the window would shrink; on the built-in model (without coupling) 4 levels of 16 need
+    18% fewer forwards than 16. `coupling`: re-drafts coupled with the old drafts (MC-SJD, still exact; default on)."""
 
     window: int = 64
     levels: int | None = None
+    coupling: bool = True
     name: ClassVar[str] = "sjd2"
 
     def __post_init__(self) -> None:
@@ -52,6 +59,8 @@ class SJD2:
             isinstance(self.levels, bool) or not isinstance(self.levels, int) or self.levels < 1
         ):
             raise ValueError(f"levels must be an integer >= 1 or None, got {self.levels!r}")
+        if not isinstance(self.coupling, bool):
+            raise ValueError(f"coupling must be True or False, got {self.coupling!r}")
 
     def denoising_levels(self, trained: int) -> int:
         """Steps from pure noise to clean: `levels`, else `window // 16`, at least 1 and at most `trained`
@@ -134,6 +143,9 @@ class SJD2:
 
             # every slot gets a fresh draft from this forward; slide the window; denoise; append new slots
             samples = sample(p, u_draw)  # [B, window]: a draft for each cell n..n+window-1
+            if self.coupling:
+                kept = couple(p[:, :slots], drafts, proposals, rng.uniform(slots), u_draw[:, :slots])
+                samples = torch.cat([kept, samples[:, slots:]], 1)
             source = advanced[:, None] + positions[:slots]
             inside = source < window
             source = source.clamp(max=window - 1)

@@ -100,11 +100,19 @@ class CodeData:
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if not records:
             raise ValueError(f"{path} holds no records; each line must be {{'prompt': ..., 'image': path}}")
+        from ..data import to_tensor
+
         tokenizer = self.pipe.image_tokenizer
+        height, width = self.pipe.default_size()
         codes = []
         for record in records:
-            image = PIL.Image.open(path.parent / record["image"]).convert("RGB")
-            pixels = torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float()[None] / 127.5 - 1
+            with PIL.Image.open(path.parent / record["image"]) as image:
+                if image.size != (width, height):
+                    raise ValueError(
+                        f"{record['image']} is {image.width}x{image.height}; this model is fine-tuned on "
+                        f"{width}x{height} images (width x height): resize the data set first"
+                    )
+                pixels = to_tensor(image)[None]
             codes.append(tokenizer.encode(pixels.to(self.pipe.device)).flatten(1).cpu())
         return [r["prompt"] for r in records], torch.cat(codes)
 
@@ -137,10 +145,10 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
-    pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32)
+    pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32).to(accelerator.device)
     pipe.set_progress_bar_config(disable=True)
     grid = pipe.grid_for(*pipe.default_size())
-    noise = _noise_conditioning(pipe, config.levels)
+    noise = _noise_conditioning(pipe, config.levels).to(accelerator.device)
     model = pipe.model
     if config.lora_rank:
         from peft import LoraConfig, get_peft_model
@@ -151,14 +159,20 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
         )
         model = get_peft_model(model, lora)
+    data = CodeData(
+        pipe, config
+    )  # encoded before train(): a tokenizer with batch norm (Emu3's) stays in eval
     model.train()
-    data = CodeData(pipe, config)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    model_parameters = [p for p in model.parameters() if p.requires_grad]
+    noise_parameters = list(noise.parameters())
+    trainable = model_parameters + noise_parameters
     optimizer = torch.optim.AdamW(
-        [{"params": trainable, "lr": config.lr}, {"params": noise.parameters(), "lr": config.noise_lr}],
+        [{"params": model_parameters, "lr": config.lr}, {"params": noise_parameters, "lr": config.noise_lr}],
         weight_decay=0.0,
     )
-    model, noise, optimizer = accelerator.prepare(model, noise, optimizer)
+    # the forward goes through the pipeline's own modules (its session adapter), never through a DDP wrapper,
+    # so only the optimizer is prepared and gradients are averaged over the processes here
+    optimizer = accelerator.prepare(optimizer)
     generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
     order_rng = np.random.default_rng(config.seed + accelerator.process_index)
     out = Path(config.out)
@@ -175,11 +189,13 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             group["lr"] = base_lr * scale
         with accelerator.autocast():
             clean = adapter.embed_codes(codes.flatten(1)[:, :-1])
-            inputs = noisy_code_inputs(accelerator.unwrap_model(noise), clean, config, generator)
+            inputs = noisy_code_inputs(noise, clean, config, generator)
             loss = code_loss(teacher_forced_logits(pipe, prefix, codes, code_inputs=inputs), codes)
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
-        accelerator.clip_grad_norm_(trainable + list(noise.parameters()), 1.0)
+        if accelerator.num_processes > 1:
+            _average_gradients(trainable, accelerator.num_processes)
+        accelerator.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         step += 1
         progress.update(1)
@@ -188,16 +204,25 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             append_jsonl(log, {"step": step, "minutes": (time.time() - start) / 60, "loss": loss.item()})
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        model = accelerator.unwrap_model(model)
         if config.lora_rank:
             model = model.merge_and_unload()
-        pipe.register_modules(model=model.eval(), noise_conditioning=accelerator.unwrap_model(noise).eval())
+        pipe.register_modules(model=model.eval(), noise_conditioning=noise.eval())
         pipe.save_pretrained(out / "pipeline")
         (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
         (out / "metrics.json").write_text(
             json.dumps({"steps": step, "minutes": (time.time() - start) / 60}, indent=2)
         )
     return out / "pipeline"
+
+
+def _average_gradients(parameters: list[torch.nn.Parameter], processes: int) -> None:
+    """Mean gradient over the processes (what a DDP wrapper would do); a parameter this process's batch did
+    not reach counts as a zero gradient, so every process reduces the same tensors."""
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+        torch.distributed.all_reduce(parameter.grad)
+        parameter.grad /= processes
 
 
 def _noise_conditioning(pipe, levels: int) -> NoiseConditioning:
