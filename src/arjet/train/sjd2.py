@@ -159,9 +159,8 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
         )
         model = get_peft_model(model, lora)
-    data = CodeData(
-        pipe, config
-    )  # encoded before train(): a tokenizer with batch norm (Emu3's) stays in eval
+    # encoded before train(): an image tokenizer with batch norm (Emu3's) must encode in eval mode
+    data = CodeData(pipe, config)
     model.train()
     model_parameters = [p for p in model.parameters() if p.requires_grad]
     noise_parameters = list(noise.parameters())
