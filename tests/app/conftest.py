@@ -1,15 +1,10 @@
 import os
-import socket
 
 import pytest
 
+from ports import free_port
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="package")

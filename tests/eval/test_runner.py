@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from arjet.samplers import parse_specs as parse_sampler_specs
 from arjet.testing import tiny_pipeline
 
 from .conftest import colour_squares, fake_data_module, to_pil
+from ports import free_port
 
 SAMPLERS = "ar,sjd:window=4,zipar"
 PROMPTS = ["a red square", "a blue circle", "a green triangle", "a yellow star", "a white cat"]
@@ -48,12 +48,6 @@ def eval_args(setup, out, *extra):
 def subprocess_env(**extra):
     env = {k: v for k, v in os.environ.items() if k != "ARJET_EVAL_CRASH_AFTER"}
     return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ import arjet
 from arjet.cli import main
 from arjet.testing import tiny_pipeline
 
+from ports import free_port
+
 
 def _data_set(folder, size, count=4):
     height, width = size
@@ -44,9 +46,8 @@ def test_fine_tune_of_each_family_gives_an_sjd2_checkpoint(tmp_path, family, lor
     before, after = base.model.state_dict(), tuned.model.state_dict()
     assert set(after) == set(before)  # a LoRA fine-tune is merged back: no adapter weights are left
     changed = _changed(before, after)
-    assert not any(
-        "vqmodel" in name for name in changed
-    )  # the image tokenizer (with its norm statistics) is kept
+    # the image tokenizer is kept, norm statistics included
+    assert not any("vqmodel" in name for name in changed)
     attention = {
         name
         for name in changed
@@ -92,12 +93,8 @@ def _average_in_process(rank: int, port: int, results) -> None:
 
 def test_gradients_are_averaged_over_processes_even_where_one_has_none():
     import multiprocessing
-    import socket
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = multiprocessing.get_context("fork")
+    context, port = multiprocessing.get_context("fork"), free_port()
     results = context.Queue()
     workers = [context.Process(target=_average_in_process, args=(rank, port, results)) for rank in range(2)]
     for worker in workers:
