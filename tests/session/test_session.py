@@ -26,12 +26,11 @@ def test_ar_schedule_matches_full_forward(family, guided):
     pipe, prefix, session, codes, scale = _setup(family, guided)
     reference = full_sequence_logits(pipe, prefix, codes, scale)
     flat = codes.flatten(1)
-    previous = torch.zeros(2, 1, dtype=torch.long)
-    for cell in range(flat.shape[1]):
-        logits = session.logits(torch.full((2, 1), cell), previous)
+    torch.testing.assert_close(session.first_logits, reference[:, 0], **TOL)  # cell 0 from the prefill
+    for cell in range(1, flat.shape[1]):
+        logits = session.logits(torch.full((2, 1), cell), flat[:, cell - 1 : cell])
         torch.testing.assert_close(logits[:, 0], reference[:, cell], **TOL)
         session.commit(torch.ones(2, 1, dtype=torch.bool))
-        previous = flat[:, cell : cell + 1]
     assert session.count == flat.shape[1]  # prefill + one forward per later cell
     assert session.forward_passes.tolist() == [flat.shape[1]] * 2
 
@@ -85,14 +84,18 @@ def test_ephemeral_inputs_are_private_and_cannot_be_committed(family):
     # ...and the placeholder itself sees cells 0, 1 but not cell 2
     hidden = full_sequence_logits(pipe, prefix, codes, scale, hidden_cells=(2,))
     torch.testing.assert_close(logits[:, 1], hidden[:, 4], **TOL)
+    session.commit(torch.ones(2, 2, dtype=torch.bool))  # recorded on the device, raised when checked
     with pytest.raises(ValueError, match="ephemeral"):
-        session.commit(torch.ones(2, 2, dtype=torch.bool))
+        session.check()
 
 
-def test_cell_zero_needs_no_forward(family):
+def test_cell_zero_needs_no_forward_pass_of_its_own(family):
+    """Cell 0 is predicted by the prefill: a query for it costs an image no forward pass (a call runs the
+    model anyway, its shapes being fixed, but nothing of it is used)."""
     _, _, session, _, _ = _setup(family)
-    session.logits(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long))
-    assert session.count == 1  # the prefill only
+    logits = session.logits(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 1, dtype=torch.long))
+    torch.testing.assert_close(logits[:, 0], session.first_logits)
+    assert session.forward_passes.tolist() == [1, 1]  # the prefill only
 
 
 def test_bad_query_shapes_are_rejected():

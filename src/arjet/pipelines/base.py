@@ -243,7 +243,7 @@ class BaseARPipeline(DiffusionPipeline):
         )
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = _StepHook(self, progress, callback_on_step_end, call.tensor_inputs)
-        trace = DecodeTrace(session, hook)
+        trace = DecodeTrace(session, hook, hook.progress_to)
         self._interrupt = False
         try:
             call.sampler.run(session, call.policy, rng, trace)
@@ -385,7 +385,8 @@ class BaseARPipeline(DiffusionPipeline):
 
 
 class _StepHook:
-    """Per-step plumbing between a sampler's trace and the pipeline: progress bar, callback, interrupt."""
+    """Per-step plumbing between a sampler's trace and the pipeline: progress bar, callback, interrupt. Only a
+    callback reads the device after every step; the progress bar moves whenever the decode loop reads it."""
 
     def __init__(self, pipe: BaseARPipeline, progress, callback, tensor_inputs: list[str]):
         self.pipe = pipe
@@ -395,10 +396,11 @@ class _StepHook:
         self.decoded = 0
         self.step = 0
 
-    def __call__(self, trace: DecodeTrace) -> bool:
-        decoded = int((trace.codes >= 0).sum())
+    def progress_to(self, decoded: int) -> None:
         self.progress.update(decoded - self.decoded)
         self.decoded = decoded
+
+    def __call__(self, trace: DecodeTrace) -> bool:
         if self.callback is not None:
             grid = trace.session.grid
             state = {"codes": trace.codes.view(-1, *grid), "commit_step": trace.commit_step.view(-1, *grid)}

@@ -13,6 +13,7 @@ import torch
 from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
+from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..tokenizers.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
@@ -116,6 +117,7 @@ class Emu3Pipeline(BaseARPipeline):
             self.model.lm_head,
             code_ids,
             self.model.config.text_config.num_hidden_layers,
+            LlamaStackDecoder(self.model.model.text_model),
         )
 
     def encode_prompts(

@@ -15,6 +15,7 @@ from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
+from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..text_tokenizer import build_word_tokenizer
 from ..tokenizers.janus import JanusVQTokenizer
@@ -50,6 +51,9 @@ class JanusAdapter:
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.model.generation_head(hidden)
+
+    def static_decoder(self) -> LlamaStackDecoder:
+        return LlamaStackDecoder(self.model.model.language_model)
 
 
 class JanusPipeline(BaseARPipeline):

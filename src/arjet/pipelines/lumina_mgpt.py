@@ -20,6 +20,7 @@ from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerB
 from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
 from ..session import ImageLayout, Prefix
+from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
@@ -173,6 +174,7 @@ class LuminaMGPTPipeline(BaseARPipeline):
             self.model.lm_head,
             code_ids,
             self.model.config.num_hidden_layers,
+            LlamaStackDecoder(self.model.model, qk_norm=True, swin_norm=self.model.config.swin_norm),
         )
 
     def encode_prompts(

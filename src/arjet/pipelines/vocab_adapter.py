@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..session.adapter import run_decoder
+from ..session.decoder import StaticDecoder
 
 
 class VocabularyCodeAdapter:
@@ -20,8 +21,10 @@ class VocabularyCodeAdapter:
         lm_head: nn.Linear,
         code_token_ids: torch.Tensor,
         num_layers: int,
+        static_decoder: StaticDecoder | None = None,
     ):
         self.backbone = backbone
+        self._static_decoder = static_decoder
         self.embeddings = embeddings
         self.num_layers = num_layers
         self.code_vocab_size = len(code_token_ids)
@@ -44,3 +47,6 @@ class VocabularyCodeAdapter:
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self._head_weight, self._head_bias)
+
+    def static_decoder(self) -> StaticDecoder | None:
+        return self._static_decoder

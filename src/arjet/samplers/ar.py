@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from .base import DecodeTrace
+from .base import DecodeTrace, commit_first_cell, run_steps
 from .policy import LogitsPolicy
 from .random import ImageRandom, sample
 
@@ -20,14 +20,18 @@ class AR:
     def run(
         self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
     ) -> None:
-        batch = session.batch_size
-        previous = torch.zeros(batch, 1, dtype=torch.long, device=session.device)
-        for cell in range(session.num_cells):
-            cells = torch.full((batch, 1), cell, dtype=torch.long, device=session.device)
-            probs = policy.probs(session.logits(cells, previous))
-            previous = sample(probs, rng.uniform(1))
-            session.commit(torch.ones_like(cells, dtype=torch.bool))
-            trace.commit(cells, previous)
+        previous = commit_first_cell(session, policy, rng, trace)[:, None]
+        cell = torch.ones_like(previous)
+        keep = torch.ones_like(previous, dtype=torch.bool)
+
+        def step() -> None:
+            code = sample(policy.probs(session.logits(cell, previous)), rng.uniform(1))
+            session.commit(keep)
+            trace.commit(cell, code)
+            previous.copy_(code)
+            cell.add_(1)
+
+        run_steps(step, trace, session.num_cells - 1, reach=1, exact=True)
 
     def __repr__(self) -> str:
         return "AR()"

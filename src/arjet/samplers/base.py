@@ -3,6 +3,10 @@
 A sampler is `run(session, policy, rng, trace)`: it decodes every cell of the session's grid for every
 image of the batch and records each commit in `trace`. It never sees a model family, a prompt or a
 special token (see `arjet.session`).
+
+The trace keeps everything on the device (codes, commit steps, tokens committed per forward), so a decode
+loop never waits for the device: the built-in samplers are a fixed-shape `step` run by `run_steps`, which
+reads the device once every few steps to see whether every image is done.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 from .policy import LogitsPolicy
-from .random import ImageRandom
+from .random import ImageRandom, sample
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
+
+CHECK_EVERY = 4  # decode steps between two reads of the device (is every image done?)
 
 
 class Interrupted(Exception):
@@ -58,19 +64,38 @@ class DecodeStats:
 
 
 StepHook = Callable[["DecodeTrace"], bool | None]
+ProgressHook = Callable[[int], None]
+StepRunner = Callable[[Callable[[], None]], None]
 
 
 class DecodeTrace:
-    """The codes decoded so far (`-1` = not yet) and, per image, what each forward pass committed."""
+    """The codes decoded so far (`-1` = not yet), the forward pass that committed each cell, and how many
+    cells each forward pass committed, per image, on the session's device.
 
-    def __init__(self, session: DecodingSession, on_step: StepHook | None = None):
+    `on_step(trace)` runs after every commit (it may read the device; returning True interrupts);
+    `on_progress(decoded)` receives the number of decoded cells of the whole batch whenever the decode loop
+    reads the device anyway; `runner(step)` runs one fixed-shape step (eagerly when None; a captured graph's
+    replay, see `arjet.samplers.capture`)."""
+
+    def __init__(
+        self,
+        session: DecodingSession,
+        on_step: StepHook | None = None,
+        on_progress: ProgressHook | None = None,
+        runner: StepRunner | None = None,
+    ):
         self.session = session
         batch, cells = session.batch_size, session.num_cells
         device = session.device
         self.codes = torch.full((batch, cells), -1, dtype=torch.long, device=device)
         self.commit_step = torch.full((batch, cells), 0, dtype=torch.long, device=device)
-        self.accepted: list[list[int]] = [[] for _ in range(batch)]
+        # tokens committed by the k-th forward pass that committed any (each forward of a running image does)
+        self.accepted = torch.zeros(batch, cells + 1, dtype=torch.long, device=device)
+        self.steps = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.on_step = on_step
+        self.on_progress = on_progress
+        self.runner = runner
+        self.hooks_by_loop = False  # `run_steps` calls `on_step` after each step (commit may be a graph replay)
 
     @property
     def done(self) -> torch.Tensor:
@@ -87,26 +112,91 @@ class DecodeTrace:
         for table, values in ((self.codes, codes), (self.commit_step, step)):
             padded = torch.cat([table, table[:, :1]], 1).scatter_(1, index, values.to(table.dtype))
             table.copy_(padded[:, :scratch])
-        counts = valid.sum(1).tolist()
-        for image, count in enumerate(counts):
-            if count:
-                self.accepted[image].append(count)
+        count = valid.sum(1, keepdim=True)
+        self.accepted.scatter_(1, self.steps, count)
+        self.steps += count > 0
+        if not self.hooks_by_loop:
+            self.after_step()
+
+    def after_step(self) -> None:
+        """Run the step hook; raise `Interrupted` when it asks to stop."""
         if self.on_step is not None and self.on_step(self):
             raise Interrupted
+
+    def checkpoint(self) -> bool:
+        """Read the device once: report progress, raise session misuse, and say whether every image is done."""
+        session = self.session
+        status = torch.stack([self.done.all().long(), (self.codes >= 0).sum()])
+        all_done, decoded = status.tolist()
+        session.check()
+        if self.on_progress is not None:
+            self.on_progress(decoded)
+        return bool(all_done)
 
     def stats(self, name: str) -> list[DecodeStats]:
         grid = self.session.grid
         passes = self.session.forward_passes.tolist()
+        steps = self.steps[:, 0].tolist()
+        accepted = self.accepted.tolist()
+        tokens = (self.codes >= 0).sum(1).tolist()
+        commit_step = self.commit_step.cpu()
         return [
             DecodeStats(
                 sampler=name,
                 forward_passes=passes[i],
-                tokens=int((self.codes[i] >= 0).sum()),
-                accepted_per_step=self.accepted[i],
-                commit_step=self.commit_step[i].view(grid).cpu(),
+                tokens=tokens[i],
+                accepted_per_step=accepted[i][: steps[i]],
+                commit_step=commit_step[i].view(grid),
             )
             for i in range(self.session.batch_size)
         ]
+
+
+def commit_first_cell(
+    session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+) -> torch.Tensor:
+    """Sample cell 0 from the prefill's distribution and commit it (the prefill's forward pass predicted it;
+    no forward of its own is needed). Returns the codes `[B]`."""
+    code = sample(policy.probs(session.first_logits), rng.uniform(1)[:, 0])
+    trace.commit(torch.zeros_like(code)[:, None], code[:, None])
+    return code
+
+
+def run_steps(
+    step: Callable[[], None],
+    trace: DecodeTrace,
+    max_steps: int,
+    reach: int,
+    *,
+    exact: bool = False,
+) -> None:
+    """Run a fixed-shape decode `step` until every image is done, reading the device once every
+    `CHECK_EVERY` steps to see whether it is. With `exact`, the decode takes exactly `max_steps` steps and
+    the device is read once, at the end. `reach`: the furthest, in cells, one step may move the session's
+    furthest input (it sizes the attention span). Each step runs through `trace.runner`."""
+    session = trace.session
+    run = trace.runner or (lambda f: f())
+    total = session.batch_size * session.num_cells
+    trace.hooks_by_loop = True
+    taken = since_check = 0
+    try:
+        while taken < max_steps:
+            chunk = min(CHECK_EVERY, max_steps - taken)
+            session.reserve(reach * (since_check + chunk))
+            for _ in range(chunk):
+                run(step)
+                trace.after_step()
+            taken += chunk
+            since_check += chunk
+            if exact and taken < max_steps:
+                if trace.on_progress is not None:
+                    trace.on_progress(total * taken // max_steps)
+                continue
+            since_check = 0
+            if trace.checkpoint():
+                return
+    finally:
+        trace.hooks_by_loop = False
 
 
 class Sampler(Protocol):

@@ -4,9 +4,16 @@
 (`-1` elsewhere); `top1 [B, N]` the argmax of the latest distribution computed for each cell. A scheme
 whose neighbour is unknown falls back to the next simpler one and finally to a uniform random code, so
 no scheme ever degrades silently for lack of a grid width: the width comes from the session.
+
+`initial_draft` guesses independent cells; `fill_drafts` guesses a lane's fresh slots all at once, where a
+slot's neighbour may itself be a fresh slot of the same lane (its guess is then the neighbour's guess:
+`repeat_horizontal` repeats the last known code along the run). It resolves those chains by pointer
+jumping, a fixed number of vectorised rounds, with no loop over slots.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -19,6 +26,10 @@ def check_scheme(scheme: str) -> str:
     return scheme
 
 
+def uses_top1(scheme: str) -> bool:
+    return scheme.startswith("sample_")
+
+
 def initial_draft(
     scheme: str,
     cells: torch.Tensor,
@@ -29,7 +40,7 @@ def initial_draft(
     u: torch.Tensor,
 ) -> torch.Tensor:
     """A draft code `[B]` for each cell `[B]` (any value where `cells < 0`)."""
-    random = (u * vocab_size).long().clamp_(max=vocab_size - 1)
+    random = _random_code(u, vocab_size)
     if scheme == "random":
         return random
     horizontal = _neighbour(board, cells - 1, random)
@@ -41,6 +52,62 @@ def initial_draft(
     if scheme == "repeat_vertical":
         return vertical
     return _neighbour(top1, cells - width, vertical)  # sample_vertical
+
+
+def fill_drafts(
+    scheme: str,
+    drafts: torch.Tensor,
+    fresh: torch.Tensor,
+    cells: torch.Tensor,
+    board: torch.Tensor,
+    top1: torch.Tensor | None,
+    width: int,
+    vocab_size: int,
+    u: torch.Tensor,
+) -> torch.Tensor:
+    """`drafts [B, R, S]` with every `fresh` slot replaced by its initial guess.
+
+    Slot `j` of lane `r` guesses cell `cells[b, r, j]` (a lane's slots are consecutive cells, and its fresh
+    slots are the last ones). `board [B, N]` holds the committed codes and the lanes' kept drafts; `top1`
+    (for the `sample_*` schemes) the latest argmax per cell. A neighbour that is a fresh slot of the same
+    lane gives that slot's guess; one in another lane's fresh slots counts as unknown."""
+    random = _random_code(u, vocab_size)
+    if scheme == "random":
+        return torch.where(fresh, random, drafts)
+    slot = torch.arange(drafts.shape[-1], device=drafts.device).expand_as(drafts)
+    value = torch.where(fresh, random, drafts)  # the last fallback: a random code
+    pointing = torch.zeros_like(fresh)  # the guess is that of slot `pointer` (an earlier fresh slot)
+    pointer = slot
+    # fallbacks first, so that the scheme's own neighbour overrides them: left, above, latest argmax
+    steps = [1] if scheme.endswith("horizontal") else [1, width]
+    for step in steps:
+        in_run = fresh & (slot >= step) & fresh.gather(-1, (slot - step).clamp(min=0))
+        found = _lookup(board, cells - step)
+        has_value = fresh & ~in_run & (cells >= step) & (found >= 0)
+        value = torch.where(has_value, found, value)
+        pointing = torch.where(in_run, True, pointing & ~has_value)
+        pointer = torch.where(in_run, slot - step, pointer)
+    if uses_top1(scheme):
+        found = _lookup(top1, cells - steps[-1])
+        has_top1 = fresh & (cells >= steps[-1]) & (found >= 0)
+        value = torch.where(has_top1, found, value)
+        pointing &= ~has_top1
+    for _ in range(math.ceil(math.log2(drafts.shape[-1])) + 1):  # pointer jumping: chains halve each round
+        target_pointing = pointing.gather(-1, pointer)
+        value = torch.where(pointing & ~target_pointing, value.gather(-1, pointer), value)
+        pointer = torch.where(pointing & target_pointing, pointer.gather(-1, pointer), pointer)
+        pointing &= target_pointing
+    return value
+
+
+def _random_code(u: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    return (u * vocab_size).long().clamp_(max=vocab_size - 1)
+
+
+def _lookup(values: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+    """`values[b, cells[b, ...]]` (any value where `cells < 0`)."""
+    flat = cells.clamp(min=0).flatten(1)
+    return values.gather(1, flat.clamp(max=values.shape[1] - 1)).view_as(cells)
 
 
 def _neighbour(values: torch.Tensor, source: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:

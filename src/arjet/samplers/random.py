@@ -1,8 +1,17 @@
-"""Randomness for samplers: per-image uniform streams and categorical draws by inverse CDF.
+"""Randomness for samplers: counter-based per-image streams on the device, and categorical draws by inverse CDF.
 
-Every random decision of a sampler is a uniform drawn here. With one generator per image, image `i`
-draws only from generator `i`, so its codes do not depend on what else shares the batch (the property
-that lets an evaluation sharded over processes reproduce a one-process run).
+Every random decision of a sampler is a uniform drawn here. Image `i` owns a 63-bit key (from its seed or
+its `torch.Generator`); the `t`-th draw of a decode is a hash of (key, t, element index), computed with
+integer tensor ops on the sampler's device. So
+
+- an image's draws depend only on its key and on how many draws the decode made before, never on the other
+  images of the batch (what lets a sharded evaluation reproduce a one-process run);
+- drawing needs no generator object, no host round trip and no per-image Python loop: the draw counter is a
+  device tensor advanced in place, so a captured CUDA graph replays fresh numbers at every step.
+
+The hash is a 32-bit integer mixer (xor-shift / multiply rounds, multipliers below 2**31 so every product
+stays inside int64 without overflow), applied to the image's mixed key, the mixed counter and the element
+index in turn; uniforms carry 32 random bits.
 """
 
 from __future__ import annotations
@@ -11,50 +20,87 @@ from collections.abc import Sequence
 
 import torch
 
+_MASK32 = 0xFFFFFFFF
+KEY_LIMIT = 2**63  # image keys (and seeds) are integers in [0, KEY_LIMIT)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash of `x` (int64 holding values in [0, 2**32))."""
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & _MASK32
+    return x ^ (x >> 15)
+
+
+def image_keys(
+    generator: torch.Generator | Sequence[torch.Generator] | None, batch_size: int
+) -> torch.Tensor:
+    """`[B]` int64 keys: one draw from each image's generator (a list: one per image), or `B` draws from a
+    single generator (or torch's global one), taken once before decoding."""
+    if isinstance(generator, Sequence):
+        if len(generator) != batch_size:
+            raise ValueError(f"got {len(generator)} generators for {batch_size} images; pass one per image")
+        return torch.cat([_draw_keys(g, 1) for g in generator])
+    return _draw_keys(generator, batch_size)
+
+
+def seed_keys(seeds: Sequence[int]) -> torch.Tensor:
+    """`[B]` keys for integer seeds: the same keys `torch.Generator().manual_seed(seed)` would give."""
+    return image_keys([torch.Generator().manual_seed(seed) for seed in seeds], len(seeds))
+
+
+def _draw_keys(generator: torch.Generator | None, count: int) -> torch.Tensor:
+    device = generator.device if generator is not None else "cpu"
+    return torch.randint(0, KEY_LIMIT - 1, (count,), generator=generator, device=device).cpu()
+
 
 class ImageRandom:
+    """Per-image uniform and normal streams on `device`.
+
+    `ImageRandom(generator, batch_size, device)` takes one `torch.Generator` per image (a list), a single
+    generator, or None (torch's global generator); `ImageRandom.from_keys(keys, device)` takes the keys."""
+
     def __init__(
         self,
         generator: torch.Generator | Sequence[torch.Generator] | None,
         batch_size: int,
         device: torch.device | str = "cpu",
     ):
-        if isinstance(generator, Sequence):
-            if len(generator) != batch_size:
-                raise ValueError(
-                    f"got {len(generator)} generators for {batch_size} images; pass one per image"
-                )
-            self.generators: list[torch.Generator | None] = list(generator)
-            self.per_image = True
-        else:
-            self.generators = [generator]
-            self.per_image = False
-        self.batch_size = batch_size
+        self._setup(image_keys(generator, batch_size), device)
+
+    @classmethod
+    def from_keys(cls, keys: torch.Tensor, device: torch.device | str = "cpu") -> ImageRandom:
+        rng = cls.__new__(cls)
+        rng._setup(keys, device)
+        return rng
+
+    def _setup(self, keys: torch.Tensor, device: torch.device | str) -> None:
         self.device = torch.device(device)
+        self.batch_size = len(keys)
+        keys = keys.to(device=self.device, dtype=torch.long)
+        self._key = _mix(_mix(keys >> 32) ^ (keys & _MASK32))[:, None]  # [B, 1]
+        self.counter = torch.zeros(1, dtype=torch.long, device=self.device)  # draws so far, advanced in place
+
+    def bits(self, *shape: int) -> torch.Tensor:
+        """`[B, *shape]` int64 holding 32 random bits each; advances the draw counter by one."""
+        count = 1
+        for size in shape:
+            count *= size
+        self.counter.add_(1)
+        stream = _mix(self._key ^ _mix(self.counter & _MASK32))  # [B, 1]
+        index = torch.arange(count, device=self.device)
+        return _mix(stream ^ index).view(self.batch_size, *shape)
 
     def uniform(self, *shape: int) -> torch.Tensor:
-        """Uniforms in [0, 1) of shape `[B, *shape]`, image `i` from its own stream."""
-        if self.per_image:
-            draws = [self._rand(g, shape) for g in self.generators]
-            return torch.stack(draws).to(self.device)
-        return self._rand(self.generators[0], (self.batch_size, *shape)).to(self.device)
+        """Uniforms in (0, 1) of shape `[B, *shape]` (float64), image `i` from its own stream."""
+        return (self.bits(*shape).double() + 0.5) * 2.0**-32
 
     def normal(self, *shape: int) -> torch.Tensor:
-        """Standard normal draws of shape `[B, *shape]` (float32), image `i` from its own stream."""
-        if self.per_image:
-            draws = [self._randn(g, shape) for g in self.generators]
-            return torch.stack(draws).to(self.device)
-        return self._randn(self.generators[0], (self.batch_size, *shape)).to(self.device)
-
-    @staticmethod
-    def _randn(generator: torch.Generator | None, shape: tuple[int, ...]) -> torch.Tensor:
-        device = generator.device if generator is not None else "cpu"
-        return torch.randn(shape, generator=generator, device=device)
-
-    @staticmethod
-    def _rand(generator: torch.Generator | None, shape: tuple[int, ...]) -> torch.Tensor:
-        device = generator.device if generator is not None else "cpu"
-        return torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
+        """Standard normal draws of shape `[B, *shape]` (float32), by Box-Muller from two uniforms each."""
+        u = self.uniform(2, *shape)
+        radius = torch.sqrt(-2.0 * torch.log(u[:, 0]))
+        return (radius * torch.cos(2.0 * torch.pi * u[:, 1])).float()
 
 
 def sample(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -55,4 +55,5 @@ class SJD:
     def run(
         self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
     ) -> None:
-        run_windows(session, policy, rng, trace, Lanes.whole_image(session.num_cells), self.config())
+        lanes = Lanes.whole_image(session.num_cells)
+        run_windows(session, policy, rng, trace, lanes, self.config())

@@ -3,16 +3,17 @@
 An image is split into *lanes*: runs of cells decoded left to right (SJD: one lane over the whole raster;
 ZipAR: one lane per row, started once the row above has `lag` codes). Every forward, each active lane
 with next cell `n` feeds the code of cell `n - 1` followed by its drafts for cells `n, n+1, ...` and gets
-the processed target `p` for its next `L` cells. Drafts are verified left to right with the speculative
-test; the first rejected cell is resampled from the residual, or, if every draft passed, the window's
-last cell gives a bonus token. The samples drawn for the cells after the rejection become the next
-drafts with `p` as their proposal (optionally coupled with the old draft: MC-SJD), and new draft slots
-get an initial guess with a point-mass proposal. With `L = 1` there are no drafts and each lane simply
-samples one code per forward: plain ZipAR is the same loop.
+the processed target `p` for its next `L` cells; `jacobi_step` verifies, resamples, commits and redrafts.
+New draft slots get an initial guess with a point-mass proposal. With `L = 1` there are no drafts and each
+lane simply samples one code per forward: plain ZipAR is the same loop.
 
 A lane's drafts form their own group in the session, so no lane attends to another lane's unverified
-drafts, while committed codes fed this forward (each lane's first input) are seen by every lane below. A row that starts before the row above is complete feeds an ephemeral placeholder
-for its missing predecessor; once the row above completes, its last code is fed for real and kept.
+drafts, while committed codes fed this forward (each lane's first input) are seen by every lane below. A
+row that starts before the row above is complete feeds an ephemeral placeholder for its missing
+predecessor; once the row above completes, its last code is fed for real and kept.
+
+Every step has the same shapes (`lanes x (L + 1)` queries) and reads nothing back from the device: lanes
+that are not running, and images that are done, query nothing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import DecodeTrace
-from .drafts import initial_draft
+from .base import DecodeTrace, commit_first_cell, run_steps
+from .drafts import fill_drafts, uses_top1
+from .jacobi import jacobi_step
 from .policy import LogitsPolicy
-from .random import ImageRandom, sample
-from .speculative import AcceptanceRule, accept_prefix, couple, one_hot, residual
+from .random import ImageRandom
+from .speculative import AcceptanceRule, one_hot
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -58,22 +60,228 @@ class Lanes:
         starts = torch.arange(grid[0]) * grid[1]
         return cls(starts, starts + grid[1], lag=lag)
 
+    def steps_one_cell_each(self) -> int:
+        """Forwards after the prefill when every running lane commits exactly one cell per forward (plain
+        ZipAR). Mirrors `WindowDecoder`: cell 0 comes from the prefill, and a lane starts once the lane above
+        has started and has `lag` codes or is complete, one new lane per step."""
+        starts, ends = self.starts.tolist(), self.ends.tolist()
+        n = [starts[0] + 1]
 
-class _State:
-    """Per image and lane: next cell, drafts and their proposals; per image: what is fed and known."""
+        def start_next() -> None:
+            above = len(n) - 1
+            if len(n) < len(starts) and (n[above] - starts[above] >= self.lag or n[above] >= ends[above]):
+                n.append(starts[len(n)])
 
-    def __init__(self, session: DecodingSession, lanes: Lanes, window: int):
-        batch, count, device = session.batch_size, len(lanes.starts), session.device
-        self.starts, self.ends = lanes.starts.to(device), lanes.ends.to(device)
-        self.n = self.starts.expand(batch, count).clone()
-        self.started = torch.zeros(batch, count, dtype=torch.bool, device=device)
-        slots = max(window - 1, 1)
-        self.drafts = torch.zeros(batch, count, slots, dtype=torch.long, device=device)
-        self.proposals = torch.zeros(batch, count, slots, session.vocab_size, device=device)
-        self.fed = torch.zeros(
-            batch, session.num_cells + 1, dtype=torch.bool, device=device
-        )  # code in the cache
+        start_next()
+        steps = 0
+        while len(n) < len(starts) or any(cell < end for cell, end in zip(n, ends, strict=False)):
+            n[:] = [min(cell + 1, end) for cell, end in zip(n, ends, strict=False)]
+            steps += 1
+            start_next()
+        return steps
+
+
+class WindowDecoder:
+    """The state of a verified-window decode and its fixed-shape `step`.
+
+    Lanes run in `A` lane slots (lane `r` in slot `r % A`), enough for every lane plain ZipAR keeps running
+    at once (`ceil(W / lag) + 1`, one lane for SJD); a lane starts only when its slot's previous lane is
+    complete and flushed, which keeps every forward at `A x (L + 1)` queries."""
+
+    def __init__(
+        self,
+        session: DecodingSession,
+        policy: LogitsPolicy,
+        rng: ImageRandom,
+        trace: DecodeTrace,
+        lanes: Lanes,
+        config: WindowConfig,
+    ):
+        self.session, self.policy, self.rng, self.trace, self.config = session, policy, rng, trace, config
+        batch, device = session.batch_size, session.device
+        self.lag = lanes.lag
+        self.window = window = config.window
+        self.slots = window - 1
+        self.width = session.grid[1]
+        count = len(lanes.starts)
+        self.count = count
+        self.lane_slots = slots = lane_slots(count, self.width, lanes.lag)
+        # per lane, plus a padding lane (index `count`) that is empty: start = end = 0
+        self.lane_start = torch.cat([lanes.starts, lanes.starts.new_zeros(1)]).to(device)
+        self.lane_end = torch.cat([lanes.ends, lanes.ends.new_zeros(1)]).to(device)
+        self.lane_first = self.lane_start.clone()
+        self.lane_first[0] = max(1, int(lanes.starts[0]))  # cell 0 comes from the prefill
+        self.row = torch.full((batch, slots), count, dtype=torch.long, device=device)  # lane held by a slot
+        self.next_lane = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.n = torch.zeros(batch, slots, dtype=torch.long, device=device)
+        draft_slots = max(self.slots, 1)
+        self.drafts = torch.zeros(batch, slots, draft_slots, dtype=torch.long, device=device)
+        self.proposals = torch.zeros(batch, slots, draft_slots, session.vocab_size, device=device)
+        self.fed = torch.zeros(batch, session.num_cells + 1, dtype=torch.bool, device=device)  # code in cache
+        self.track_top1 = uses_top1(config.init)
         self.top1 = torch.full((batch, session.num_cells + 1), -1, dtype=torch.long, device=device)
+        self.positions = torch.arange(window, device=device)
+        self.slot_ids = torch.arange(slots, device=device)
+        # query groups: committed codes (a lane's first input, a flush) are shared with every lane (group 0),
+        # drafts only within their own lane (group = lane slot + 1)
+        column = torch.arange(window + 1, device=device)
+        is_draft = (column >= 1) & (column < window)
+        self.group = torch.where(is_draft, self.slot_ids[:, None] + 1, 0)[None]  # [1, A, L + 1]
+        # each lane slot queries its window (at most (L-1)//W + 1 row ends) plus one flush (one more)
+        self.row_ends = slots * ((window - 1) // self.width + 2)
+
+        commit_first_cell(session, policy, rng, trace)
+        newly = self._start_lane()  # lane 0
+        newly |= self._start_lane()  # the lane below, if cell 0 is already enough (as if cell 0 were a step)
+        self._fill(newly, torch.zeros_like(newly)[..., None], self.rng.uniform(slots, window))
+
+    @property
+    def start(self) -> torch.Tensor:
+        return self.lane_start[self.row]
+
+    @property
+    def end(self) -> torch.Tensor:
+        return self.lane_end[self.row]
+
+    # -- one step ------------------------------------------------------------------------------------
+    def step(self) -> None:
+        session, trace, window = self.session, self.trace, self.window
+        batch, slots = self.n.shape
+        vocab = session.vocab_size
+        end = self.end
+        active = self.n < end
+        length = torch.where(active, (end - self.n).clamp(max=window), 0)  # valid window cells
+
+        # 1. queries: each running lane's window, plus a finished lane's last code once the lane below runs
+        previous_code = trace.codes.gather(1, (self.n - 1).clamp(min=0))
+        placeholder = active & (self.n > 0) & (previous_code < 0)
+        last = torch.where(placeholder, self._latest_code_above(), previous_code)
+        flush = self._needs_flush() & ~trace.done[:, None]
+        window_cells = self.n[..., None] + self.positions
+        in_window = self.positions < length[..., None]
+        query_cells = torch.cat(
+            [torch.where(in_window, window_cells, -1), torch.where(flush, end, -1)[..., None]], -1
+        )
+        flush_code = trace.codes.gather(1, (end - 1).clamp(min=0)).clamp(min=0)
+        inputs = torch.cat(
+            [last.clamp(min=0)[..., None], self.drafts[..., : self.slots], flush_code[..., None]], -1
+        )
+        ephemeral = torch.cat(
+            [placeholder[..., None], torch.zeros_like(query_cells[..., 1:], dtype=torch.bool)], -1
+        )
+        group = self.group.expand(batch, -1, -1)
+        logits = session.logits(
+            query_cells.flatten(1),
+            inputs.flatten(1),
+            ephemeral=ephemeral.flatten(1),
+            group=group.flatten(1),
+            row_ends=self.row_ends,
+        ).view(batch, slots, window + 1, vocab)
+        p = self.policy.probs(logits[..., :window, :])
+        if self.track_top1:
+            _scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+
+        # 2. verify, resample, commit; keep the inputs that fed committed cells
+        u = self.rng.uniform(slots, 4, window)
+        outcome = jacobi_step(
+            p,
+            self.drafts[..., : self.slots],
+            self.proposals[..., : self.slots, :],
+            in_window,
+            self.config.acceptance,
+            session,
+            u[:, :, :3],
+            self.config.coupling,
+            length,
+        )
+        used = in_window & (self.positions <= outcome.accepted[..., None]) & ~ephemeral[..., :window]
+        keep = torch.cat([used, flush[..., None]], -1)
+        session.commit(keep.flatten(1))
+        _scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
+        trace.commit(torch.where(outcome.committed, window_cells, -1).flatten(1), outcome.codes.flatten(1))
+        self.n += outcome.advanced
+
+        # 3. the samples after the rejection become the next drafts; new lanes and slots get initial guesses
+        newly = self._start_lane()
+        if self.slots:
+            self.drafts.copy_(outcome.next_drafts)
+            self.proposals.copy_(outcome.next_proposals)
+            self._fill(newly, active[..., None] & ~outcome.carried, u[:, :, 3])
+
+    # -- lanes and drafts ----------------------------------------------------------------------------
+    def _start_lane(self) -> torch.Tensor:
+        """Start the next lane of each image when the lane above has `lag` codes (or is complete) and the
+        lane's slot is free; returns `[B, A]` the slots that took a new lane."""
+        lane = self.next_lane  # [B, 1]
+        above = (lane - 1).clamp(min=0)
+        n_above = self.n.gather(1, above % self.lane_slots)
+        ready = (lane == 0) | (n_above - self.lane_start[above] >= self.lag) | (n_above >= self.lane_end[above])
+        slot = lane % self.lane_slots
+        held = self.row.gather(1, slot)
+        free = (self.n.gather(1, slot) >= self.lane_end[held]) & ~self._needs_flush().gather(1, slot)
+        newly = ((lane < self.count) & ready & free) & (self.slot_ids == slot)  # [B, A]
+        self.row.copy_(torch.where(newly, lane, self.row))
+        self.n.copy_(torch.where(newly, self.lane_first[lane.clamp(max=self.count)], self.n))
+        self.next_lane += newly.any(1, keepdim=True)
+        return newly
+
+    def _fill(self, newly: torch.Tensor, refill: torch.Tensor, u: torch.Tensor) -> None:
+        """Initial guesses (point-mass proposals) for every slot of the lanes in `newly [B, A]` and for the
+        `refill [B, A, S]` slots of running lanes, drawn with the uniforms `u [B, A, >= S]`."""
+        if not self.slots:
+            return
+        drafts = self.drafts[..., : self.slots]
+        cells = self.n[..., None] + self.positions[: self.slots]
+        inside = cells < self.end[..., None]
+        fresh = inside & (newly[..., None] | refill)
+        board = torch.cat([self.trace.codes, torch.full_like(self.trace.codes[:, :1], -1)], 1)
+        _scatter_where(board, cells, drafts, inside & ~fresh)
+        guesses = fill_drafts(
+            self.config.init,
+            drafts,
+            fresh,
+            cells,
+            board[:, :-1],
+            self.top1 if self.track_top1 else None,
+            self.width,
+            self.session.vocab_size,
+            u[..., : self.slots],
+        )
+        self.drafts[..., : self.slots] = guesses
+        self.proposals[..., : self.slots, :] = torch.where(
+            fresh[..., None], one_hot(guesses, self.session.vocab_size), self.proposals[..., : self.slots, :]
+        )
+
+    def _needs_flush(self) -> torch.Tensor:
+        """`[B, A]`: lanes that are complete while the lane below already ran its first window without their
+        last code."""
+        end = self.end
+        complete = (self.row < self.count) & (self.n >= end)
+        last_fed = self.fed.gather(1, (end - 1).clamp(min=0))
+        below = self.row + 1
+        below_slot = below % self.lane_slots
+        below_started = below < self.next_lane
+        n_below = self.n.gather(1, below_slot)
+        below_past_start = below_started & (n_below > self.lane_start[below.clamp(max=self.count)])
+        return complete & ~last_fed & below_past_start & (below < self.count)
+
+    def _latest_code_above(self) -> torch.Tensor:
+        """The most recently committed code of the row above each lane: ZipAR's placeholder input."""
+        codes = self.trace.codes
+        above = (self.start - self.width).clamp(min=0)
+        columns = torch.arange(self.width, device=codes.device)
+        cells = above[..., None] + columns  # [B, A, W]
+        values = codes.gather(1, cells.flatten(1)).view_as(cells)
+        latest = ((values >= 0) * (columns + 1)).argmax(-1, keepdim=True)
+        return values.gather(-1, latest).squeeze(-1).clamp(min=0)
+
+
+def lane_slots(lanes: int, width: int, lag: int) -> int:
+    """Lanes running at once in plain ZipAR (each takes `width` forwards and one more to flush its last code,
+    and a new one starts every `lag` forwards): `ceil(width / lag) + 1`, one when rows run one after another."""
+    if lag >= width:
+        return 1
+    return min(lanes, -(-width // max(lag, 1)) + 1)
 
 
 def run_windows(
@@ -84,187 +292,11 @@ def run_windows(
     lanes: Lanes,
     config: WindowConfig,
 ) -> None:
-    window, vocab = config.window, session.vocab_size
-    state = _State(session, lanes, window)
-    positions = torch.arange(window, device=session.device)
-    draft_slots = window - 1
-    lane_ids = torch.arange(len(lanes.starts), device=session.device).expand_as(state.n)
-
-    while not bool(trace.done.all()):
-        _start_lanes(state, lanes.lag, config, trace, rng)
-        batch, count = state.n.shape
-        active = state.started & (state.n < state.ends)
-        length = torch.where(active, (state.ends - state.n).clamp(max=window), 0)  # valid window cells
-
-        # 1. queries: each active lane's window, plus a finished row's last code once the row below runs
-        previous = (state.n - 1).clamp(min=0)
-        previous_code = trace.codes.gather(1, previous)
-        placeholder = active & (state.n > 0) & (previous_code < 0)
-        last = torch.where(
-            placeholder, _latest_code_above(trace.codes, state, session.grid[1]), previous_code
-        )
-        flush = _needs_flush(state) & ~trace.done[:, None]
-        window_cells = state.n[..., None] + positions
-        query_cells = torch.cat(
-            [
-                torch.where(positions < length[..., None], window_cells, -1),
-                torch.where(flush, state.ends, -1)[..., None],
-            ],
-            -1,
-        )
-        flush_code = trace.codes.gather(1, (state.ends - 1).expand_as(state.n)).clamp(min=0)
-        inputs = torch.cat(
-            [last.clamp(min=0)[..., None], state.drafts[..., :draft_slots], flush_code[..., None]], -1
-        )
-        ephemeral = torch.zeros_like(query_cells, dtype=torch.bool)
-        ephemeral[..., 0] = placeholder
-        group = (lane_ids + 1)[..., None].expand_as(query_cells).clone()
-        group[..., 0] = 0  # committed codes are shared with every lane; drafts stay in their lane's group
-        group[..., window] = 0
-        logits = session.logits(
-            query_cells.flatten(1), inputs.flatten(1), ephemeral=ephemeral.flatten(1), group=group.flatten(1)
-        ).view(batch, count, window + 1, vocab)
-        p = policy.probs(logits[..., :window, :])
-        in_window = positions < length[..., None]
-        _scatter_where(state.top1, window_cells, p.argmax(-1), in_window)
-
-        # 2. verify the drafts; resample the first rejected cell, or take a bonus token
-        u_accept, u_draw, u_couple = (rng.uniform(count, window) for _ in range(3))
-        usable_drafts = length.clamp(max=draft_slots)
-        if draft_slots:
-            q = state.proposals[..., :draft_slots, :]
-            target = config.acceptance.target(p[..., :draft_slots, :], q, session)
-            usable = positions[:draft_slots] < usable_drafts[..., None]
-            accepted = accept_prefix(
-                target, q, state.drafts[..., :draft_slots], u_accept[..., :draft_slots], usable
-            )
-        else:
-            accepted = torch.zeros_like(state.n)
-        needs_token = accepted < length
-        at = accepted.clamp(max=window - 1)
-        dist = _take(p, at)
-        if draft_slots:
-            rejected = accepted < usable_drafts
-            at_draft = at.clamp(max=draft_slots - 1)
-            dist = torch.where(
-                rejected[..., None], residual(_take(target, at_draft), _take(q, at_draft)), dist
-            )
-        token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
-
-        # 3. commit the accepted drafts and the new token, and keep the inputs that fed them
-        drafted = torch.cat([state.drafts[..., :draft_slots], torch.zeros_like(state.n)[..., None]], -1)
-        new_codes = torch.where(positions == accepted[..., None], token[..., None], drafted)
-        committed = (
-            in_window
-            & (positions <= accepted[..., None])
-            & ((positions < accepted[..., None]) | needs_token[..., None])
-        )
-        keep = torch.cat(
-            [in_window & (positions <= accepted[..., None]) & ~ephemeral[..., :window], flush[..., None]], -1
-        )
-        session.commit(keep.flatten(1))
-        _scatter_where(state.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
-        trace.commit(torch.where(committed, window_cells, -1).flatten(1), new_codes.flatten(1))
-        advanced = torch.where(active, (accepted + needs_token.long()).clamp(max=length), 0)
-
-        # 4. the samples after the rejection become the next drafts; new slots get initial guesses
-        if draft_slots:
-            samples = sample(p, u_draw)
-            if config.coupling:
-                old = torch.cat([state.drafts, state.drafts[..., -1:]], -1)[..., :window]
-                old_q = torch.cat([state.proposals, state.proposals[..., -1:, :]], -2)[..., :window, :]
-                had_draft = positions < usable_drafts[..., None]
-                samples = torch.where(had_draft, couple(p, old, old_q, u_couple, u_draw), samples)
-            source = advanced[..., None] + positions[:draft_slots]
-            carried = (source < length[..., None]) & active[..., None]
-            source = source.clamp(max=window - 1)
-            state.drafts = torch.where(carried, samples.gather(-1, source), state.drafts)
-            carried_q = p.gather(-2, source[..., None].expand(-1, -1, -1, vocab))
-            state.proposals = torch.where(carried[..., None], carried_q, state.proposals)
-            state.n = state.n + advanced
-            _fill_drafts(state, carried.sum(-1), active, config, trace, rng.uniform(*state.drafts.shape[1:]))
-        else:
-            state.n = state.n + advanced
-
-
-def _start_lanes(state: _State, lag: int, config: WindowConfig, trace: DecodeTrace, rng: ImageRandom) -> None:
-    ready = torch.ones_like(state.started)
-    if ready.shape[1] > 1:
-        done_above = state.n[:, :-1] >= state.ends[:-1]
-        ready[:, 1:] = ((state.n[:, :-1] - state.starts[:-1]) >= lag) | done_above
-    ready[:, 1:] &= state.started[:, :-1]
-    newly = ~state.started & ready
-    state.started |= newly
-    if config.window > 1:
-        # every image draws its uniforms at every step, whether or not a lane starts: an image's random
-        # stream (and so its codes) must not depend on how fast the other images of the batch go
-        u = rng.uniform(*state.drafts.shape[1:])
-        if bool(newly.any()):
-            _fill_drafts(state, torch.zeros_like(state.n), newly, config, trace, u)
-
-
-def _fill_drafts(
-    state: _State,
-    first: torch.Tensor,
-    lanes: torch.Tensor,
-    config: WindowConfig,
-    trace: DecodeTrace,
-    u: torch.Tensor,
-) -> None:
-    """Initial guesses for draft slots `>= first` of the selected lanes (point-mass proposals), drawn with
-    the uniforms `u [B, lanes, slots]`."""
-    batch, count, slots = state.drafts.shape
-    width = trace.session.grid[1]
-    vocab = trace.session.vocab_size
-    board = torch.cat([trace.codes, torch.full_like(trace.codes[:, :1], -1)], 1)  # last column absorbs writes
-    for j in range(slots):
-        cell = state.n + j
-        inside = cell < state.ends
-        _scatter_where(board, cell, state.drafts[..., j], inside & (j < first))
-        fresh = lanes & inside & (j >= first)
-        guess = initial_draft(
-            config.init,
-            torch.where(fresh, cell, -1).flatten(),
-            board.repeat_interleave(count, 0),
-            state.top1.repeat_interleave(count, 0),
-            width,
-            vocab,
-            u[..., j].flatten(),
-        ).view(batch, count)
-        state.drafts[..., j] = torch.where(fresh, guess, state.drafts[..., j])
-        state.proposals[..., j, :] = torch.where(
-            fresh[..., None], one_hot(guess, vocab), state.proposals[..., j, :]
-        )
-        _scatter_where(board, cell, guess, fresh)
-
-
-def _needs_flush(state: _State) -> torch.Tensor:
-    """Lanes that are complete while the lane below already ran its first window without their last code."""
-    flush = torch.zeros_like(state.started)
-    if flush.shape[1] > 1:
-        complete = state.n[:, :-1] >= state.ends[:-1]
-        last_fed = state.fed.gather(1, (state.ends[:-1] - 1).expand_as(complete))
-        below_past_start = state.started[:, 1:] & (state.n[:, 1:] > state.starts[1:])
-        flush[:, :-1] = complete & ~last_fed & below_past_start
-    return flush
-
-
-def _latest_code_above(codes: torch.Tensor, state: _State, width: int) -> torch.Tensor:
-    """The most recently committed code of the row above each lane: ZipAR's placeholder input."""
-    above = (state.starts - width).clamp(min=0)
-    columns = torch.arange(width, device=codes.device)
-    cells = (above[:, None] + columns).expand(codes.shape[0], -1, -1)
-    values = codes.gather(1, cells.flatten(1)).view_as(cells)
-    latest = ((values >= 0) * (columns + 1)).argmax(-1, keepdim=True)
-    return values.gather(-1, latest).squeeze(-1).clamp(min=0)
-
-
-def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """`values[b, r, index[b, r]]` for values `[B, R, L, ...]`."""
-    expanded = index.view(*index.shape, 1, *([1] * (values.dim() - 3))).expand(
-        *index.shape, 1, *values.shape[3:]
-    )
-    return values.gather(2, expanded).squeeze(2)
+    decoder = WindowDecoder(session, policy, rng, trace, lanes, config)
+    exact = config.window == 1
+    max_steps = lanes.steps_one_cell_each() if exact else session.num_cells - 1
+    reach = config.window + (session.grid[1] if len(lanes.starts) > 1 else 0)  # a new row starts one row on
+    run_steps(decoder.step, trace, max_steps, reach, exact=exact)
 
 
 def _scatter_where(
@@ -273,4 +305,4 @@ def _scatter_where(
     """`target[b, cells] = values` where `where`; other entries go to the last column, kept as scratch."""
     scratch = target.shape[1] - 1
     target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))
-    target[:, scratch] = target[:, scratch].clone().fill_(-1 if target.dtype == torch.long else 0)
+    target[:, scratch] = -1 if target.dtype == torch.long else 0

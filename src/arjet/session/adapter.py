@@ -8,7 +8,11 @@ import torch
 
 
 class ModelAdapter(Protocol):
-    """The four calls a session needs from a model; one small class per family implements them."""
+    """The four calls a session needs from a model; one small class per family implements them.
+
+    An adapter may also offer `static_decoder() -> StaticDecoder | None` (see `arjet.session.decoder`): the
+    family's decoder stack run over its own weights with a static cache, which the session then uses instead
+    of `hidden_states` (it attends over the reserved span only and can be captured in a CUDA graph)."""
 
     num_layers: int
     code_vocab_size: int

@@ -1,0 +1,191 @@
+"""The decoder stack behind a session: inputs at given cache slots in, last hidden states out.
+
+A session writes every forward's keys and values at absolute slots of a static cache and tells the stack,
+with a float additive mask, which slots each input may attend to. Two implementations:
+
+- `LlamaStackDecoder` runs a transformers Llama-style stack (`LlamaModel`, `Emu3TextModel`,
+  `ChameleonModel`) over the stack's own weights, gpt-fast style: one static key / value buffer per layer,
+  written by index, rotary tables computed once, `scaled_dot_product_attention` over the first `span` slots
+  only. Nothing in it reads the device, allocates by data or branches on values, so a forward can be
+  captured in a CUDA graph or compiled. Tested equal to transformers' own forward.
+- `TransformersDecoder` calls the transformers module itself through a slot cache (`SlotCache`): the
+  fallback for a family that offers no stack of its own. It always attends over the whole capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import SlotCache
+
+
+class StaticDecoder(Protocol):
+    """What a session needs from a decoder stack."""
+
+    reads_span_only: bool  # attends to the first `span` slots of the cache only (else the whole capacity)
+
+    def new_cache(self, rows: int, capacity: int) -> object:
+        """A cache of `capacity` slots for `rows` sequences, filled by later forwards."""
+
+    def forward(
+        self,
+        cache: object,
+        embeds: torch.Tensor,  # [rows, m, d]
+        positions: torch.Tensor,  # [rows, m] long
+        slots: torch.Tensor,  # [rows, m] long: where each input's keys and values are written
+        mask: torch.Tensor,  # [rows, 1, m, span] float additive (0 = attend, dtype min = not)
+    ) -> torch.Tensor:
+        """Last hidden states `[rows, m, d]`."""
+
+
+class TransformersDecoder:
+    """The family's transformers module run through a `SlotCache` (see `ModelAdapter.hidden_states`)."""
+
+    reads_span_only = False
+
+    def __init__(self, hidden_states: Callable[..., torch.Tensor], num_layers: int):
+        self._hidden_states = hidden_states
+        self._num_layers = num_layers
+
+    def new_cache(self, rows: int, capacity: int) -> SlotCache:
+        return SlotCache(self._num_layers, capacity)
+
+    def forward(self, cache, embeds, positions, slots, mask) -> torch.Tensor:
+        cache.write_slots = slots
+        return self._hidden_states(embeds, positions, mask, cache)
+
+
+@dataclass
+class _Layer:
+    attention_norm: nn.Module
+    q: nn.Linear
+    k: nn.Linear
+    v: nn.Linear
+    o: nn.Linear
+    q_norm: nn.Module | None
+    k_norm: nn.Module | None
+    mlp_norm: nn.Module
+    gate: nn.Linear
+    up: nn.Linear
+    down: nn.Linear
+    act: Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class KVCache:
+    keys: torch.Tensor  # [layers, rows, kv_heads, capacity, head_dim]
+    values: torch.Tensor
+    cos: torch.Tensor  # [capacity, head_dim] rotary tables by position
+    sin: torch.Tensor
+
+
+class LlamaStackDecoder:
+    """A transformers Llama-style decoder stack (`backbone.layers`, `.norm`, `.rotary_emb`) run over its own
+    weights. `qk_norm`: Chameleon's per-head layer norm of queries and keys; `swin_norm`: Chameleon's
+    post-norm layer order (`x + norm(attn(x))`)."""
+
+    reads_span_only = True
+
+    def __init__(self, backbone: nn.Module, qk_norm: bool = False, swin_norm: bool = False):
+        self.backbone = backbone
+        self.swin_norm = swin_norm
+        config = backbone.config
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        first = backbone.layers[0].self_attn
+        self.head_dim = first.head_dim
+        self.scaling = first.scaling
+        self.layers = [self._layer(layer, qk_norm) for layer in backbone.layers]
+        self.norm = backbone.norm
+
+    @staticmethod
+    def _layer(layer: nn.Module, qk_norm: bool) -> _Layer:
+        attention, mlp = layer.self_attn, layer.mlp
+        return _Layer(
+            attention_norm=layer.input_layernorm,
+            q=attention.q_proj,
+            k=attention.k_proj,
+            v=attention.v_proj,
+            o=attention.o_proj,
+            q_norm=attention.q_norm if qk_norm else None,
+            k_norm=attention.k_norm if qk_norm else None,
+            mlp_norm=layer.post_attention_layernorm,
+            gate=mlp.gate_proj,
+            up=mlp.up_proj,
+            down=mlp.down_proj,
+            act=mlp.act_fn,
+        )
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        weight = self.layers[0].q.weight
+        shape = (len(self.layers), rows, self.num_kv_heads, capacity, self.head_dim)
+        keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+        positions = torch.arange(capacity, device=weight.device)[None]
+        with torch.no_grad():
+            cos, sin = self.backbone.rotary_emb(keys[0, :1, 0], positions)
+        return KVCache(keys, torch.zeros_like(keys), cos[0], sin[0])
+
+    def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
+        rows, m, _ = embeds.shape
+        span = mask.shape[-1]
+        positions = positions.clamp(0, cache.cos.shape[0] - 1)
+        cos, sin = cache.cos[positions][:, None], cache.sin[positions][:, None]  # [rows, 1, m, head_dim]
+        index = slots[:, None, :, None].expand(rows, self.num_kv_heads, m, self.head_dim)
+        x = embeds
+        for i, layer in enumerate(self.layers):
+            residual = x
+            h = x if self.swin_norm else _rms_norm(layer.attention_norm, x)
+            q = _linear(layer.q, h).view(rows, m, self.num_heads, self.head_dim)
+            k = _linear(layer.k, h).view(rows, m, self.num_kv_heads, self.head_dim)
+            v = _linear(layer.v, h).view(rows, m, self.num_kv_heads, self.head_dim)
+            if layer.q_norm is not None:
+                q, k = _head_norm(layer.q_norm, q), _head_norm(layer.k_norm, k)
+            q = _rotate(q.transpose(1, 2), cos, sin)
+            k = _rotate(k.transpose(1, 2), cos, sin)
+            keys, values = cache.keys[i], cache.values[i]
+            keys.scatter_(2, index, k)
+            values.scatter_(2, index, v.transpose(1, 2))
+            attended = F.scaled_dot_product_attention(
+                q,
+                keys[:, :, :span],
+                values[:, :, :span],
+                attn_mask=mask,
+                scale=self.scaling,
+                enable_gqa=self.num_kv_heads != self.num_heads,
+            )
+            h = _linear(layer.o, attended.transpose(1, 2).reshape(rows, m, -1))
+            x = residual + (_rms_norm(layer.attention_norm, h) if self.swin_norm else h)
+            residual = x
+            h = x if self.swin_norm else _rms_norm(layer.mlp_norm, x)
+            h = _linear(layer.down, layer.act(_linear(layer.gate, h)) * _linear(layer.up, h))
+            x = residual + (_rms_norm(layer.mlp_norm, h) if self.swin_norm else h)
+        return _rms_norm(self.norm, x)
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """transformers' RMSNorm (statistics in float32, scaled in the input dtype), without the module call."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
+    normalized = F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon)
+    return norm.weight * normalized.to(x.dtype)
+
+
+def _head_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Chameleon's query / key norm: layer statistics over each head, then that head's own weight and bias."""
+    return F.layer_norm(x, x.shape[-1:], None, None, eps=1e-5) * norm.weight + norm.bias
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
