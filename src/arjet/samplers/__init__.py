@@ -93,7 +93,8 @@ def _parse_value(value: str) -> Any:
 
 
 def _lantern(k: int = 1000, delta: float = 0.1, lam: float | None = None, top: int = 8, **sjd: Any) -> SJD:
-    return SJD(acceptance=Lantern(k=k, delta=delta, lam=lam, top=top), **sjd)
+    bound = sjd.pop("bound", "draft")
+    return SJD(acceptance=Lantern(k=k, delta=delta, lam=lam, bound=bound, top=top), **sjd)
 
 
 def _zipar_sjd(w: int | None = None, **sjd: Any) -> ZipAR:

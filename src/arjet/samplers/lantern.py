@@ -1,40 +1,77 @@
-"""LANTERN relaxed acceptance (Jang et al., ICLR 2025; LANTERN++), as an acceptance rule for `sjd` and
-`zipar+sjd`.
+"""LANTERN relaxed acceptance (Jang et al., ICLR 2025; LANTERN++, ICLR-W 2025), as an acceptance rule for
+`sjd` and `zipar+sjd`.
 
-Image codes whose VQ codebook vectors are close decode to similar patches. LANTERN lets a draft `x`
-claim the probability of its nearest codebook neighbours: `A(x)` is the longest distance-ordered prefix
-of `x`'s `k` neighbours whose total mass under `p` stays within `delta` (or, LANTERN++'s form, within
-`(lam - 1) * p(x)`), and that mass moves onto `x`.
+Image codes whose VQ codebook vectors are close decode to similar patches. For a draft `x` and the
+processed target `p`, LANTERN's proximity set `A(x)` is the longest prefix of `x`'s `k` nearest codes
+(L2, nearest first, `x` itself excluded) whose mass under `p` stays within `delta` (LANTERN++: within
+`(lam - 1) * p(x)`). The draft is verified against the relaxed target `p~_x`: `p` with the mass of `A(x)`
+moved onto `x`, so `p~_x(x) = p(x) + p(A(x))`.
 
-LANTERN applies that move to whichever draft was drawn. With a sampled proposal (SJD's carried drafts)
-that target depends on the draw, and the committed token can then stray from `p` by several times
-`delta`. arjet therefore verifies against one target fixed before the draw: the `q`-weighted mixture of
-LANTERN's per-draft targets over `q`'s `top` most likely codes. Speculative sampling is exact for that
-target, so every committed token is distributed within total variation `delta` of `p` (for a point-mass
-draft the target is exactly LANTERN's). `delta = 0` is exact SJD.
+Forms (`bound`), and what each guarantees for one committed token, with `m_x = p(A(x))` the mass a draft
+claims (`<= delta`; LANTERN++: `<= (lam - 1) * p(x)`):
+
+- `bound="draft"` (default): LANTERN as published. Accept `x ~ q` when `u * q(x) < p~_x(x)`; a rejected
+  slot is resampled from the exact residual of its own relaxed target, `norm(max(0, p~_x - q))`.
+  * point-mass draft (`q` one-hot, SJD's initial guesses): the committed token is distributed exactly as
+    `p~_x`, so its total variation to `p` is `m_x` (`<= delta`).
+  * sampled draft (SJD's carried drafts): the target depends on the draw, so `delta` alone bounds
+    nothing. Writing the committed distribution as exact SJD's plus the change in acceptance and in the
+    residuals gives `TV <= (alpha_relaxed - alpha_exact) + (2 / TV(p, q)) * sum_x max(0, q(x) - p(x)) * m_x
+    <= (alpha_relaxed - alpha_exact) + 2 * delta`, where `alpha` is the slot's acceptance probability.
+    The first term is real: a proposal whose codes sit next to the target's mass is accepted almost
+    always, and the committed token then follows `q`, not `p` (TV up to 1 whatever `delta`).
+- `bound="tv"`: one target fixed before the draw, the `q`-weighted mixture of the per-draft targets over
+  `q`'s `top` most likely codes (the rest of `q`'s mass verifies against `p`). Speculative sampling is
+  exact for a fixed target, so the committed token is within `delta * q(top codes) <= delta` of `p` for
+  every proposal. It relaxes far less (the boost is scaled by `q(x)`). For a point-mass draft both forms
+  are the same rule.
+
+Rejection handling: the exact residual, not the official code's. On rejecting a point-mass draft the
+official code zeroes `x` and, when anything was claimed, all of `x`'s `k + 1` nearest codes (not just
+`A(x)`), and resamples from what is left; the committed token then misses the whole neighbourhood (total
+variation = its mass, most of `p` at the default `k = 1000`), and under top-k it deviates even at
+`delta = 0` (zero-mass neighbours count as claimed). Its sampled-draft (static tree) path resamples from
+`p - q` with `q` zeroed on those codes, again without a bound. The exact residual keeps the published
+per-token bound for point-mass drafts and makes `delta = 0` exactly SJD.
+
+Greedy decoding (`bound="draft"`, LANTERN's relaxed argmax): the draft is accepted when it is the argmax
+of its relaxed distribution built from the non-greedy `p` (ties go to the draft; the official code keeps
+the claimed codes' mass too, which differs only in ties); otherwise the slot takes the plain argmax. The
+decode step passes that distribution as `context.soft_p` (same shape as `p`: the guided logits through
+top-k / top-p at temperature 1); without it the relaxation of a one-hot `p` changes nothing and the rule
+is exact greedy, as is `bound="tv"`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from .speculative import residual
+
+BOUNDS = ("draft", "tv")
+
 _TABLES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _TABLE_CACHE_SIZE = 4
+_PLACED: OrderedDict[tuple, tuple[weakref.ref, torch.Tensor]] = OrderedDict()
 
 
 @dataclass(frozen=True)
 class Lantern:
-    """`k` nearest codebook neighbours (L2); `delta`: total-variation budget per token; `lam`: LANTERN++'s
-    multiplicative form (`p'(x) <= lam * p(x)`), used instead of `delta` when given; `top`: how many of the
-    proposal's most likely codes the relaxation considers."""
+    """`k` nearest codebook neighbours (L2) a draft may claim; `delta`: probability mass a draft may claim
+    (LANTERN's total-variation budget, in [0, 1]); `lam`: LANTERN++'s multiplicative form
+    (`p~(x) <= lam * p(x)`), used instead of `delta` when given; `bound`: `"draft"` (LANTERN as published,
+    the budget bounds each draft's relaxed target) or `"tv"` (the budget bounds every committed token);
+    `top`: how many of the proposal's most likely codes the `"tv"` mixture covers."""
 
     k: int = 1000
     delta: float = 0.1
     lam: float | None = None
+    bound: str = "draft"
     top: int = 8
     name: ClassVar[str] = "lantern"
     needs_codebook: ClassVar[bool] = True
@@ -42,36 +79,105 @@ class Lantern:
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"lantern k (neighbours per code) must be an integer >= 1, got {self.k!r}")
-        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not self.delta >= 0:
+        delta = self.delta
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta <= 1:
             raise ValueError(
-                f"lantern delta (total-variation bound) must be a number >= 0, got {self.delta!r}"
+                f"lantern delta (mass a draft may claim) must be a number in [0, 1], got {delta!r}; for "
+                f"LANTERN++'s bound p~(x) <= lam * p(x) pass lam (the official code reads delta > 1 as lam)"
             )
-        if self.lam is not None and (not isinstance(self.lam, (int, float)) or not self.lam >= 1):
+        lam = self.lam
+        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 1):
             raise ValueError(
-                f"lantern lam must be a number >= 1 (LANTERN++'s p'(x) <= lam * p(x)), got {self.lam!r}"
+                f"lantern lam must be a number >= 1 (LANTERN++'s p~(x) <= lam * p(x)) or None, got {lam!r}"
             )
+        if self.bound not in BOUNDS:
+            raise ValueError(f"lantern bound must be one of {', '.join(BOUNDS)}, got {self.bound!r}")
         if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
             raise ValueError(f"lantern top must be an integer >= 1, got {self.top!r}")
 
+    # -- the rule the speculative step calls --------------------------------------------------------
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(t_x [...], residual [..., V])` for drafts `[...]` drawn from `q [..., V]` against the processed
+        target `p [..., V]`: the step accepts a slot when `u * q(x) < t_x` and resamples a rejected one from
+        `residual` (unnormalised)."""
+        if self.bound == "tv":
+            target = self.target(p, q, context)
+            return target.gather(-1, drafts[..., None]).squeeze(-1), residual(target, q)
+        table = self._table(context, p.device)
+        soft = getattr(context, "soft_p", None)
+        if soft is not None:  # greedy: p is one-hot; the relaxed argmax needs the distribution behind it
+            if soft.shape != p.shape:
+                raise ValueError(
+                    f"context.soft_p must have p's shape {tuple(p.shape)}, got {tuple(soft.shape)}"
+                )
+            relaxed = self.relaxed(soft, drafts, table)
+            best = relaxed.gather(-1, drafts[..., None]).squeeze(-1) >= relaxed.amax(-1)
+            return best.to(p.dtype), p
+        relaxed = self.relaxed(p, drafts, table)
+        return relaxed.gather(-1, drafts[..., None]).squeeze(-1), residual(relaxed, q)
+
+    def relaxed(self, p: torch.Tensor, drafts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """`p~_x [..., V]` for each draft: `p` with the mass of `A(x)` moved onto `x` (`table`: `[V, k]`
+        nearest codes, see `neighbour_table`)."""
+        near, claimed = self._claim(p, drafts[..., None], table)  # [..., 1, k]
+        near, claimed = near.squeeze(-2), claimed.squeeze(-2)
+        kept = p.gather(-1, near) - claimed
+        relaxed = p.scatter(-1, near, kept)  # A(x) emptied (x is never its own neighbour)
+        return relaxed.scatter_add(-1, drafts[..., None], claimed.sum(-1, keepdim=True))
+
+    # -- the single target a target-only loop can verify against --------------------------------------
     def target(self, p: torch.Tensor, q: torch.Tensor, context: object) -> torch.Tensor:
+        """The `"tv"` form's target `[..., V]`: the `q`-weighted mixture of the per-draft relaxed targets over
+        `q`'s `top` codes. A loop that cannot pass the drafts (`target` without `verify`) gets this form
+        whatever `bound` says."""
+        table = self._table(context, p.device)
+        weights, drafts = q.topk(min(self.top, q.shape[-1]), dim=-1)  # [..., M]
+        near, claimed = self._claim(p, drafts, table)  # [..., M, k]
+        mixed = p.scatter_add(-1, drafts, weights * claimed.sum(-1))
+        mixed = mixed.scatter_add(-1, near.flatten(-2), -(weights[..., None] * claimed).flatten(-2))
+        return mixed.clamp_(min=0)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _claim(
+        self, p: torch.Tensor, drafts: torch.Tensor, table: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """For drafts `[..., M]`: their nearest codes `[..., M, k]` and the mass each claims from them (the
+        distance-ordered prefix within the budget; zero elsewhere)."""
+        near = table[drafts]
+        near_p = p.gather(-1, near.flatten(-2)).view_as(near)
+        if self.lam is not None:
+            budget = ((self.lam - 1) * p.gather(-1, drafts))[..., None]
+        else:
+            budget = float(self.delta)
+        # masses are >= 0, so the running sum never decreases and `inside` is a prefix
+        inside = near_p.cumsum(-1) <= budget
+        return near, near_p * inside
+
+    def _table(self, context: object, device: torch.device) -> torch.Tensor:
         codebook = getattr(context, "codebook", None)
         if codebook is None:
             raise ValueError(
                 "the lantern acceptance rule needs the image tokenizer's codebook, and this model's session has "
                 "none; use the exact rule (sampler='sjd') instead"
             )
-        neighbours = neighbour_table(codebook, self.k).to(p.device)  # [V, k]
-        weights, drafts = q.topk(min(self.top, q.shape[-1]), dim=-1)  # [..., M]
-        near = neighbours[drafts]  # [..., M, k]
-        near_p = p.gather(-1, near.flatten(-2)).view_as(near)
-        if self.lam is not None:
-            budget = (self.lam - 1) * p.gather(-1, drafts)
-        else:
-            budget = torch.full_like(weights, float(self.delta))
-        claimed = (near_p.cumsum(-1) <= budget[..., None]) * near_p  # the prefix A(x) and its mass
-        relaxed = p.scatter_add(-1, drafts, weights * claimed.sum(-1))
-        relaxed = relaxed.scatter_add(-1, near.flatten(-2), -(weights[..., None] * claimed).flatten(-2))
-        return relaxed.clamp_(min=0)
+        return _placed_table(codebook, self.k, device)
+
+
+def _placed_table(codebook: torch.Tensor, k: int, device: torch.device) -> torch.Tensor:
+    """`neighbour_table` on `device`, remembered per codebook object so a decode step reads nothing from
+    the device after the first call."""
+    key = (id(codebook), getattr(codebook, "_version", 0), k, str(device))
+    hit = _PLACED.get(key)
+    if hit is not None and hit[0]() is codebook:
+        _PLACED.move_to_end(key)
+        return hit[1]
+    table = neighbour_table(codebook, k).to(device)
+    _PLACED[key] = (weakref.ref(codebook), table)
+    while len(_PLACED) > _TABLE_CACHE_SIZE:
+        _PLACED.popitem(last=False)
+    return table
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
