@@ -44,3 +44,8 @@ class VocabularyCodeAdapter:
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self._head_weight, self._head_bias)
+
+    def forward_weights(self) -> list[torch.Tensor]:
+        """The weights one decoding forward reads (`arjet.floor`): decoder layers, final norm, code head rows."""
+        head = [self._head_weight] if self._head_bias is None else [self._head_weight, self._head_bias]
+        return [*self.backbone.layers.parameters(), *self.backbone.norm.parameters(), *head]
