@@ -7,7 +7,7 @@ from small_presets import SMALL_CODEBOOK, small_preset
 import arjet
 from arjet.pipelines.prompts import unknown_words
 from arjet.presets import PRESETS, available_presets, get_preset, random_pipeline
-from arjet.presets.meta import materialize_random_, parameters_on_meta
+from arjet.presets.meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
 
 # Published dimensions, written out a second time so that an edit of the table has to agree with them:
 # (layers, hidden, heads, KV heads, FFN, vocabulary, max positions, rope theta, codebook, default grid)
@@ -192,3 +192,16 @@ def test_parameters_on_meta_keeps_buffers_and_materialize_keeps_shared_parameter
 
 def test_the_factory_is_exported():
     assert arjet.random_pipeline is random_pipeline and "janus-pro-7b" in arjet.available_presets()
+
+
+def test_a_model_that_does_not_fit_is_refused_before_allocation(monkeypatch):
+    import arjet.presets.build as build
+
+    monkeypatch.setattr(build, "available_bytes", lambda device: 10**9)
+    with pytest.raises(
+        ValueError, match=r"janus-pro-1b needs 4\.2 GB for its weights in torch.bfloat16 and cpu has 1\.0 GB"
+    ):
+        random_pipeline("janus-pro-1b", device="cpu", dtype=torch.bfloat16)
+    pipe = random_pipeline("janus-pro-1b", device="meta")
+    assert required_bytes(pipe.model, torch.bfloat16) == 2 * sum(p.numel() for p in pipe.model.parameters())
+    assert available_bytes(torch.device("cpu")) > 0

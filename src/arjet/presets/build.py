@@ -20,7 +20,7 @@ import torch
 
 from ..pipelines.base import BaseARPipeline
 from ..text_tokenizer import build_word_tokenizer
-from .meta import materialize_random_, parameters_on_meta
+from .meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
 from .table import DecoderDims, Preset, get_preset
 
 
@@ -63,6 +63,7 @@ def random_pipeline(
         pipe = _BUILDERS[preset.family](preset, size)
     pipe.grid_for(*size)  # the family's own size rules, before any memory is allocated
     if device.type != "meta":
+        _check_memory(preset, _modules(pipe), device, dtype)
         for offset, module in enumerate(_modules(pipe)):
             materialize_random_(module, device, dtype, seed=seed + offset)
     return pipe
@@ -80,6 +81,18 @@ def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
             f"got height={height}, width={width}"
         )
     return height, width
+
+
+def _check_memory(
+    preset: Preset, modules: list[torch.nn.Module], device: torch.device, dtype: torch.dtype
+) -> None:
+    needed = sum(required_bytes(module, dtype) for module in modules)
+    free = available_bytes(device)
+    if free is not None and needed > free:
+        raise ValueError(
+            f"{preset.name} needs {needed / 1e9:.1f} GB for its weights in {dtype} and {device} has "
+            f"{free / 1e9:.1f} GB free: use a smaller dtype (--dtype bfloat16), a GPU, or a smaller architecture"
+        )
 
 
 def _modules(pipe: BaseARPipeline) -> list[torch.nn.Module]:
