@@ -173,7 +173,7 @@ EMU3_GEN = Preset(
     ),
     codebook=32768,
     downsample=8,
-    default_size=720,  # image_area 518400 = 720 x 720 (Emu3-Gen config image_area; docs/models.md 4.1)
+    default_size=720,  # image_area 518400 = 720 x 720 (the Emu3-Gen-12B derivative's config; docs/models.md 4.1)
     # BAAI/Emu3-VisionTokenizer config.json: codebook_size 32768, embed_dim 4, z_channels 4, ch 256,
     # ch_mult [1, 2, 2, 4], num_res_blocks 2, attn_resolutions [3], temporal_downsample_factor 4
     vq=_frozen(
@@ -202,7 +202,8 @@ LUMINA_MGPT_7B_768 = Preset(
     # sihwanpark/LANTERN-Lumina-mGPT-7B-768 config.json (the LANTERN authors' copy of this checkpoint's
     # config): hidden 4096, intermediate 11008, 32 heads, 32 KV heads, vocab 65536, max_position_embeddings
     # 4096 (Lumina's fine-tune used --max_seq_len 4096, lumina_mgpt/exps/7B.sh), rope_theta 1e4, rms 1e-5,
-    # swin_norm false; 32 layers as facebook/chameleon-7b (ChameleonConfig defaults)
+    # swin_norm false (that copy has 1 layer: a draft head); 32 layers as facebook/chameleon-7b (ChameleonConfig
+    # defaults), which the released 14.03 GB below confirms
     decoder=DecoderDims(
         layers=32,
         hidden=4096,
