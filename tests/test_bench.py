@@ -1,11 +1,17 @@
 import json
+import warnings
 
 import pytest
+from small_presets import small_preset
 
+import arjet.presets
 from arjet.bench import run_bench
 from arjet.cli import main
+from arjet.presets import PRESETS
 from arjet.samplers import parse_specs
 from arjet.testing import tiny_pipeline
+
+NEW_COLUMNS = "| ms / forward | floor ms / forward | x floor |"
 
 
 def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
@@ -36,8 +42,9 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
         "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
         "| peak memory (MB) |"
     )
-    assert header in printed
+    assert header in printed and header + NEW_COLUMNS.removeprefix("|") in printed
     assert printed.count("\n| ") >= 1 + 4  # the header and one row per sampler
+    assert "floor: the weights one forward reads" in printed
     result = json.loads((tmp_path / "bench.json").read_text())
     rows = {row["sampler"]: row for row in result["samplers"]}
     assert list(rows) == ["ar", "sjd:window=4", "zipar:w=2", "lantern:k=4,delta=0.1"]
@@ -47,8 +54,24 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     assert rows["ar"]["step_compression"] == 1.0 and rows["ar"]["forward_passes"] == grid[0] * grid[1]
     lag = 2
     assert rows["zipar:w=2"]["forward_passes"] == (grid[0] - 1) * lag + grid[1]
-    assert len(result["images"]) == 8 and {"prompt", "seed", "seconds"} <= set(result["images"][0])
+    assert len(result["images"]) == 8 and {"prompt", "seed", "seconds", "floor_ms"} <= set(
+        result["images"][0]
+    )
     assert result["environment"]["device"] == "cpu"
+    _check_floor_columns(result)
+
+
+def _check_floor_columns(result: dict) -> None:
+    env = result["environment"]
+    assert env["copy_bandwidth_gb_s"] > 0 and env["forward_weight_bytes"] > 0 and env["mean_kv_bytes"] > 0
+    for row in result["samplers"]:
+        assert row["ms_per_forward"] == pytest.approx(row["seconds"] / row["forward_passes"] * 1e3)
+        assert row["floor_ms"] > 0
+        # a tiny model's forward is all overhead: far slower than reading its few kB at memory speed
+        assert (
+            row["floor_ratio"] == pytest.approx(row["ms_per_forward"] / row["floor_ms"])
+            and row["floor_ratio"] > 1
+        )
 
 
 def test_the_same_prompt_and_seed_reach_every_sampler():
@@ -73,3 +96,74 @@ def test_sampler_lists():
 def test_unknown_sampler_fails_before_loading(capsys):
     assert main(["bench", "--samplers", "ar,warp", "--model", "/nonexistent"]) == 2
     assert "unknown sampler 'warp'" in capsys.readouterr().err
+
+
+def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "small-janus", small_preset("janus-pro-1b"))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\na purple elephant on a ladder\n")  # the second has unknown words
+    out = tmp_path / "new" / "folder" / "bench.json"
+    args = [
+        "bench",
+        "--arch",
+        "small-janus",
+        "--random-weights",
+        "--device",
+        "cpu",
+        "--prompts",
+        str(prompts),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no per-prompt unknown-word warnings
+        code = main([*args, "--n", "2", "--samplers", "sjd:window=4", "--json", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "(small-janus, random weights, torch.float32)" in printed and NEW_COLUMNS in printed
+    assert "note: 1 of 2 prompts have words outside the random model's small vocabulary" in printed
+    result = json.loads(out.read_text())
+    assert result["environment"]["arch"] == "small-janus"
+    assert [row["sampler"] for row in result["samplers"]] == ["ar", "sjd:window=4"]
+    assert result["samplers"][0]["forward_passes"] == 4  # 2x2 codes
+    _check_floor_columns(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--arch", "janus-pro-7b"],
+            "--arch janus-pro-7b builds the architecture with random weights: add --random-weights",
+        ),
+        (
+            ["--random-weights"],
+            "--random-weights needs --arch NAME, one of emu3-gen, janus-pro-1b, janus-pro-7b, lumina",
+        ),
+        (["--arch", "janus-pro-7b", "--random-weights", "--model", "shapes"], "pass either --model"),
+        (
+            ["--arch", "gpt-5", "--random-weights"],
+            "unknown architecture 'gpt-5'; choose one of emu3-gen, janus-pro-1b",
+        ),
+        (
+            ["--arch", "janus-pro-7b", "--random-weights", "--height", "0"],
+            "--height must be a positive number",
+        ),
+    ],
+)
+def test_arch_errors_come_before_any_model_work(args, message, monkeypatch, capsys):
+    def no_model(*_, **__):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(arjet.presets, "random_pipeline", no_model)
+    assert main(["bench", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("")
+    for bad, message in (
+        (tmp_path, "is a folder"),
+        (blocker / "bench.json", "is a file, so no folder can be made"),
+    ):
+        assert main(["bench", "--model", "/nonexistent", "--json", str(bad)]) == 2
+        assert message in capsys.readouterr().err

@@ -8,6 +8,7 @@ out.images[0]; out.stats[0]
 from . import samplers
 from .builtin import available_models, load
 from .pipelines import ARPipeline, ARPipelineOutput, Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
+from .presets import available_presets, random_pipeline
 
 __version__ = "0.1.0"
 
@@ -18,6 +19,8 @@ __all__ = [
     "JanusPipeline",
     "LuminaMGPTPipeline",
     "available_models",
+    "available_presets",
     "load",
+    "random_pipeline",
     "samplers",
 ]

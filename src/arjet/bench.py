@@ -3,7 +3,8 @@
 Step compression (AR forward passes / sampler forward passes) is hardware-free; latency speedup is
 measured in the same run, so both columns compare like with like. Each sampler runs once untimed first
 (warm-up), then the images are generated one at a time, samplers interleaved per prompt so that drift
-in machine load hits every sampler alike.
+in machine load hits every sampler alike. Milliseconds per forward pass are set against the bandwidth
+floor of one forward (`arjet.floor`): the bytes it must read over the device's measured copy bandwidth.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from typing import Any
 import torch
 
 from . import samplers as sampler_registry
+from .floor import (
+    ForwardFloor,
+    average_kv_tokens,
+    forward_weight_bytes,
+    kv_bytes_per_token,
+    measure_copy_bandwidth,
+)
 
 
 @dataclass
@@ -33,6 +41,9 @@ class SamplerSummary:
     peak_memory_mb: float | None
     step_compression: float | None = None
     latency_speedup: float | None = None
+    ms_per_forward: float | None = None  # seconds / forward passes
+    floor_ms: float | None = None  # bandwidth floor of one forward (mean over this sampler's images)
+    floor_ratio: float | None = None  # ms_per_forward / floor_ms
 
 
 @dataclass
@@ -52,20 +63,25 @@ class BenchResult:
         """A markdown table, one row per sampler."""
         header = (
             "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
-            "| peak memory (MB) |"
+            "| peak memory (MB) | ms / forward | floor ms / forward | x floor |"
         )
-        lines = [header, "|---|---:|---:|---:|---:|---:|---:|"]
+        lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for s in self.summaries:
             lines.append(
                 f"| {s.sampler} | {s.forward_passes:.1f} | {_ratio(s.step_compression)} | {s.seconds:.3f} | "
                 f"{_ratio(s.latency_speedup)} | {s.accepted_per_step:.2f} | "
-                f"{'n/a' if s.peak_memory_mb is None else f'{s.peak_memory_mb:.0f}'} |"
+                f"{'n/a' if s.peak_memory_mb is None else f'{s.peak_memory_mb:.0f}'} | "
+                f"{_ms(s.ms_per_forward)} | {_ms(s.floor_ms)} | {_ratio(s.floor_ratio, 1)} |"
             )
         return "\n".join(lines)
 
 
-def _ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
+def _ratio(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}x"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def run_bench(
@@ -75,15 +91,27 @@ def run_bench(
     seed: int = 0,
     warmup: bool = True,
     progress: bool = True,
+    *,
+    arch: str | None = None,
+    copy_bandwidth: float | None = None,
     **call_kwargs: Any,
 ) -> BenchResult:
-    """Generate every prompt with every sampler (image `i` with seed `seed + i`) and summarise."""
+    """Generate every prompt with every sampler (image `i` with seed `seed + i`) and summarise.
+
+    `call_kwargs` go to every pipeline call. The device's copy bandwidth (bytes / s) for the floor is
+    measured once here unless `copy_bandwidth` gives it; `arch` (the preset name of a random-weight model)
+    is recorded in the environment."""
     specs = list(dict.fromkeys(sampler_specs))
     instances = {spec: sampler_registry.get(spec) for spec in specs}  # validates every spec up front
     if not prompts:
         raise ValueError("bench needs at least one prompt")
+    if copy_bandwidth is not None and not copy_bandwidth > 0:
+        raise ValueError(
+            f"copy_bandwidth must be a positive number of bytes per second, got {copy_bandwidth!r}"
+        )
     pipe.set_progress_bar_config(disable=True)
     device = pipe._execution_device
+    floors = forward_floors(pipe, prompts, call_kwargs, copy_bandwidth)
     if warmup:
         for spec in specs:
             pipe(prompts[0], sampler=instances[spec], seed=seed, output_type="latent", **call_kwargs)
@@ -116,9 +144,39 @@ def run_bench(
                     "tokens": stat.tokens,
                     "seconds": seconds,
                     "mean_accepted": statistics.fmean(stat.accepted_per_step),
+                    "floor_ms": None if floors is None else floors[index].ms,
                 }
             )
-    return BenchResult(summarise(specs, records, peaks), records, environment(pipe, call_kwargs))
+    info = environment(pipe, call_kwargs)
+    info["arch"] = arch
+    info.update(floor_environment(floors))
+    return BenchResult(summarise(specs, records, peaks), records, info)
+
+
+def forward_floors(
+    pipe, prompts: Sequence[str], call_kwargs: dict[str, Any], copy_bandwidth: float | None = None
+) -> list[ForwardFloor] | None:
+    """The bandwidth floor of one forward for each prompt (its KV cache length differs); the copy bandwidth
+    is measured now unless given. None when the pipeline's adapter does not say which weights it reads."""
+    weights = forward_weight_bytes(pipe)
+    per_token = kv_bytes_per_token(pipe)
+    if weights is None or per_token is None:
+        return None
+    bandwidth = copy_bandwidth or measure_copy_bandwidth(pipe._execution_device)
+    return [
+        ForwardFloor(weights, per_token * average_kv_tokens(pipe, prompt, call_kwargs), bandwidth)
+        for prompt in prompts
+    ]
+
+
+def floor_environment(floors: list[ForwardFloor] | None) -> dict[str, Any]:
+    if floors is None:
+        return {"copy_bandwidth_gb_s": None, "forward_weight_bytes": None, "mean_kv_bytes": None}
+    return {
+        "copy_bandwidth_gb_s": floors[0].bandwidth / 1e9,  # read + write counted
+        "forward_weight_bytes": floors[0].weight_bytes,
+        "mean_kv_bytes": statistics.fmean(f.kv_bytes for f in floors),  # per forward, both CFG halves
+    }
 
 
 def summarise(
@@ -140,6 +198,14 @@ def summarise(
                 peak_memory_mb=peaks[spec],
             )
         )
+    for s in summaries:
+        floor = [
+            r["floor_ms"] for r in records if r["sampler"] == s.sampler and r.get("floor_ms") is not None
+        ]
+        s.ms_per_forward = s.seconds / s.forward_passes * 1e3
+        if floor:
+            s.floor_ms = statistics.fmean(floor)
+            s.floor_ratio = s.ms_per_forward / s.floor_ms
     baseline = next((s for s in summaries if s.sampler == "ar"), None)
     if baseline is not None:
         for s in summaries:

@@ -55,6 +55,18 @@ class JanusAdapter:
     def static_decoder(self) -> LlamaStackDecoder:
         return LlamaStackDecoder(self.model.model.language_model)
 
+    def forward_weights(self) -> list[torch.Tensor]:
+        """The weights one decoding forward reads (`arjet.floor`): decoder layers, final norm, the code
+        aligner MLP (dense, run on every fed code) and the generation head."""
+        inner = self.model.model
+        parts = (
+            inner.language_model.layers,
+            inner.language_model.norm,
+            inner.generation_aligner,
+            inner.generation_head,
+        )
+        return [p for part in parts for p in part.parameters()]
+
 
 class JanusPipeline(BaseARPipeline):
     """Janus / Janus-Pro (and arjet's built-in model, a tiny Janus). Fixed size: 384 px = 24x24 codes for

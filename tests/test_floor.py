@@ -1,0 +1,53 @@
+import pytest
+from small_presets import SMALL_CODEBOOK, SMALL_DECODER, small_preset
+
+from arjet.floor import (
+    ForwardFloor,
+    average_kv_tokens,
+    forward_weight_bytes,
+    kv_bytes_per_token,
+    measure_copy_bandwidth,
+)
+from arjet.presets import random_pipeline
+
+
+def test_copy_bandwidth_is_measured_and_checked():
+    bandwidth = measure_copy_bandwidth("cpu", nbytes=8 << 20, repeats=2)
+    assert 1e8 < bandwidth < 1e13  # bytes / s: between 0.1 GB/s and 10 TB/s on any machine
+    with pytest.raises(ValueError, match="nbytes must be an integer >= 2"):
+        measure_copy_bandwidth("cpu", nbytes=0)
+
+
+@pytest.mark.parametrize("name", ["lumina-mgpt-7b-768", "janus-pro-1b", "emu3-gen"])
+def test_a_forward_reads_the_decoder_the_final_norm_and_the_code_head(name):
+    pipe = random_pipeline(small_preset(name), device="cpu")
+    d, element = SMALL_DECODER, 4  # float32
+    head_dim = d.hidden // d.heads
+    attention = d.hidden * d.hidden * 2 + 2 * d.hidden * d.kv_heads * head_dim  # q, o; k, v
+    if name.startswith("lumina"):
+        attention += (
+            2 * (d.heads + d.kv_heads) * head_dim
+        )  # Chameleon's per-head q / k LayerNorms (weight, bias)
+    layer = attention + 3 * d.hidden * d.ffn + 2 * d.hidden  # + SwiGLU MLP + two RMSNorms
+    decoder = d.layers * layer + d.hidden  # + final norm
+    if name.startswith("janus"):
+        head = sum(p.numel() for p in pipe.model.model.generation_head.parameters())
+        head += sum(p.numel() for p in pipe.model.model.generation_aligner.parameters())
+    else:
+        head = SMALL_CODEBOOK * d.hidden  # only the code rows of the LM head
+    assert forward_weight_bytes(pipe) == (decoder + head) * element
+    assert kv_bytes_per_token(pipe) == d.layers * 2 * d.kv_heads * head_dim * element
+
+
+def test_the_kv_cache_is_counted_at_its_average_length_for_both_cfg_rows():
+    pipe = random_pipeline(small_preset("janus-pro-1b"), device="cpu")  # 2x2 codes, no row-end tokens
+    guided = average_kv_tokens(pipe, "a red circle", {})
+    prefix = pipe.encode_prompts(["a red circle"], None, (2, 2), True)
+    assert guided == prefix.visible.sum().item() + 2 * 4 / 2
+    unguided = average_kv_tokens(pipe, "a red circle", {"guidance_scale": 1.0})
+    assert unguided == pipe.encode_prompts(["a red circle"], None, (2, 2), False).ids.shape[1] + 4 / 2
+
+
+def test_the_floor_is_bytes_over_bandwidth():
+    floor = ForwardFloor(weight_bytes=3_000_000_000, kv_bytes=1e9, bandwidth=2e12)
+    assert floor.bytes == 4e9 and floor.ms == pytest.approx(2.0)
