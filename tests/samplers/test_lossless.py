@@ -10,7 +10,7 @@ import functools
 import pytest
 import torch
 
-from arjet.samplers import INIT_SCHEMES, SJD, Lantern, LogitsPolicy, ZipAR, speculative, windows
+from arjet.samplers import INIT_SCHEMES, SJD, Lantern, LogitsPolicy, ZipAR, jacobi, speculative
 from arjet.testing import tiny_pipeline
 
 from stats import exact_joint, goodness_of_fit
@@ -136,7 +136,7 @@ def _before_top_k(q):
     return torch.where(removed.any(-1, keepdim=True), 0.7 * q + 0.3 * spread, q)
 
 
-WRONG_MATHS = {  # attribute of arjet.samplers.windows -> a subtly wrong replacement
+WRONG_MATHS = {  # attribute of arjet.samplers.jacobi (the shared window step) -> a subtly wrong replacement
     "residual-replaced-by-p": {"residual": lambda target, q: target},
     "q-taken-before-top-k": {
         "accept_prefix": lambda t, q, *rest: speculative.accept_prefix(t, _before_top_k(q), *rest),
@@ -165,5 +165,5 @@ def test_negative_control_wrong_speculative_maths_is_rejected(grid_family, wrong
     is caught where it is large, in `test_speculative.py`."""
     pipe, exact = _setup(grid_family)
     for name, replacement in WRONG_MATHS[wrong].items():
-        monkeypatch.setattr(windows, name, replacement)
+        monkeypatch.setattr(jacobi, name, replacement)
     assert goodness_of_fit(_draw(pipe, SJD(window=3), samples=2 * SAMPLES), exact) < REJECT_BELOW

@@ -34,17 +34,16 @@ def test_registry_names_and_arguments():
 
 def test_each_image_commits_its_own_number_of_tokens(family):
     grid = (4, 4) if family == "janus" else (3, 4)
-    pipe = tiny_pipeline(
-        family, grid=grid, vocab_size=16, logit_scale=8.0
-    )  # context matters: acceptance varies
+    # peaky enough that drafts are sometimes rejected, not so peaky that every image decodes the same codes
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
     out = pipe(["a red circle", "green star on a blue background"] * 3, sampler=SJD(window=5), seed=0)
     passes = [s.forward_passes for s in out.stats]
     traces = [s.accepted_per_step for s in out.stats]
     assert len(set(map(tuple, traces))) > 1  # ragged: no min over the batch
     for stat in out.stats:
         assert sum(stat.accepted_per_step) == stat.tokens == grid[0] * grid[1]
-        # one entry per decoding step; the prefill is a forward of its own before the first window
-        assert len(stat.accepted_per_step) == stat.forward_passes - 1
+        # one entry per forward pass: the prefill commits cell 0, every later forward at least one cell
+        assert len(stat.accepted_per_step) == stat.forward_passes
         assert stat.commit_step.max() == stat.forward_passes
     # a batch member decodes exactly as it would alone
     alone = pipe("green star on a blue background", sampler=SJD(window=5), seed=3)

@@ -38,8 +38,8 @@ class _Spy:
     def install(self, monkeypatch):
         original = DecodingSession.logits
 
-        def logits(session, cells, codes, ephemeral=None, group=None):
-            out = original(session, cells, codes, ephemeral, group)
+        def logits(session, cells, codes, ephemeral=None, group=None, **kwargs):
+            out = original(session, cells, codes, ephemeral, group, **kwargs)
             ephemeral = torch.zeros_like(cells, dtype=torch.bool) if ephemeral is None else ephemeral
             group = torch.zeros_like(cells) if group is None else group
             self.calls.append((cells.clone(), codes.clone(), ephemeral.clone(), group.clone(), out))
@@ -79,7 +79,7 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
     height, width = grid
     spy = _Spy()
     spy.install(monkeypatch)
-    snapshots = [torch.full((1, height * width), -1)]
+    snapshots = []  # the decoded state after each commit: cell 0 (from the prefill), then each forward
 
     def record(p, step, timestep, tensors):
         snapshots.append(tensors["codes"].flatten(1).clone())

@@ -22,7 +22,9 @@ from diffusers.utils import BaseOutput
 
 from .. import samplers as sampler_registry
 from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, LogitsPolicy, Sampler
-from ..session import DecodingSession, ImageLayout, ModelAdapter, Prefix
+from ..samplers.capture import CudaGraphRunner, compile_mode
+from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
+from ..session.session import default_decoder
 from ..tokenizers.base import ImageTokenizer
 from .loading import checkpoint_kind, resolve_checkpoint
 from .prompts import warn_unknown_words
@@ -53,6 +55,7 @@ class CheckedInputs:
     generators: torch.Generator | list[torch.Generator] | None
     batch_size: int  # prompts x num_images_per_prompt
     tensor_inputs: list[str]
+    compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
 
 
 def check_sampling_options(guidance_scale: Any, temperature: Any, top_k: Any, top_p: Any) -> LogitsPolicy:
@@ -182,6 +185,7 @@ class BaseARPipeline(DiffusionPipeline):
         return_dict: bool = True,
         callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None,
         callback_on_step_end_tensor_inputs: list[str] | None = None,
+        compile: bool | str = False,
     ) -> ARPipelineOutput | tuple:
         """Generate images for `prompt` with `sampler` (a registered name or a sampler object).
 
@@ -191,6 +195,11 @@ class BaseARPipeline(DiffusionPipeline):
         default) and `top_p` form the target distribution every sampler must respect. `seed=s` gives
         image `i` the generator `s + i` (or pass one seed / one `generator` per image); any image then
         decodes the same whatever else shares its batch.
+
+        `compile`: how each fixed-shape decode step runs. False (default): eagerly. "cuda-graphs" (CUDA only):
+        each step is captured once per attention span and replayed. "inductor": the decoder forward runs
+        through `torch.compile` (slow the first time for each shape). True picks "cuda-graphs" on a CUDA
+        device, else "inductor". Codes are the same as eager up to floating-point rounding.
 
         `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step;
         `tensors` holds copies of the allowlisted tensors named in `callback_on_step_end_tensor_inputs`
@@ -218,6 +227,7 @@ class BaseARPipeline(DiffusionPipeline):
             output_type=output_type,
             callback_on_step_end=callback_on_step_end,
             callback_on_step_end_tensor_inputs=callback_on_step_end_tensor_inputs,
+            compile=compile,
         )
         batch, grid = call.batch_size, call.grid
 
@@ -240,10 +250,12 @@ class BaseARPipeline(DiffusionPipeline):
             call.guidance_scale if guided else None,
             codebook=_codebook(self.image_tokenizer),
             noise=getattr(self, "noise_conditioning", None),
+            decoder=self._compiled_decoder() if call.compile == "inductor" else None,
         )
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = _StepHook(self, progress, callback_on_step_end, call.tensor_inputs)
-        trace = DecodeTrace(session, hook, hook.progress_to)
+        runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None
+        trace = DecodeTrace(session, hook, hook.progress_to, runner)
         self._interrupt = False
         try:
             call.sampler.run(session, call.policy, rng, trace)
@@ -266,6 +278,13 @@ class BaseARPipeline(DiffusionPipeline):
         if not return_dict:
             return images, codes, stats
         return ARPipelineOutput(images=images, codes=codes, stats=stats)
+
+    def _compiled_decoder(self) -> CompiledDecoder:
+        """The decoder stack under `torch.compile`, built once per pipeline (compiling is the slow part)."""
+        compiled = getattr(self, "_compiled", None)
+        if compiled is None:
+            compiled = self._compiled = CompiledDecoder(default_decoder(self.session_adapter()))
+        return compiled
 
     @property
     def interrupt(self) -> bool:
@@ -290,6 +309,7 @@ class BaseARPipeline(DiffusionPipeline):
         output_type: Any = "pil",
         callback_on_step_end: Any = None,
         callback_on_step_end_tensor_inputs: Any = None,
+        compile: Any = False,
     ) -> CheckedInputs:
         """Validate every argument of `__call__` (no tokenizing, no model work) and resolve the defaults.
         Each bad value raises a `ValueError` that names it and says what is allowed."""
@@ -347,6 +367,7 @@ class BaseARPipeline(DiffusionPipeline):
             generators=_generators(generator, seed, batch),
             batch_size=batch,
             tensor_inputs=tensor_inputs,
+            compile=compile_mode(compile, self._execution_device),
         )
 
     def _size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:

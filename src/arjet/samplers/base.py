@@ -95,7 +95,9 @@ class DecodeTrace:
         self.on_step = on_step
         self.on_progress = on_progress
         self.runner = runner
-        self.hooks_by_loop = False  # `run_steps` calls `on_step` after each step (commit may be a graph replay)
+        self.hooks_by_loop = (
+            False  # `run_steps` calls `on_step` after each step (commit may be a graph replay)
+        )
 
     @property
     def done(self) -> torch.Tensor:
@@ -126,9 +128,9 @@ class DecodeTrace:
     def checkpoint(self) -> bool:
         """Read the device once: report progress, raise session misuse, and say whether every image is done."""
         session = self.session
-        status = torch.stack([self.done.all().long(), (self.codes >= 0).sum()])
-        all_done, decoded = status.tolist()
-        session.check()
+        done, decoded = self.done.all().long()[None], (self.codes >= 0).sum()[None]
+        all_done, decoded, *status = torch.cat([done, decoded, session.status()]).tolist()
+        session.apply_status(status)
         if self.on_progress is not None:
             self.on_progress(decoded)
         return bool(all_done)

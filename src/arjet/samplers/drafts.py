@@ -9,6 +9,10 @@ no scheme ever degrades silently for lack of a grid width: the width comes from 
 slot's neighbour may itself be a fresh slot of the same lane (its guess is then the neighbour's guess:
 `repeat_horizontal` repeats the last known code along the run). It resolves those chains by pointer
 jumping, a fixed number of vectorised rounds, with no loop over slots.
+
+A guess that is a uniform random code is declared with a uniform proposal (as SJD-PAC does), every other
+guess with a point mass: both are the true distribution the draft was drawn from, so verification stays
+exact, and a random draft of code `x` passes with probability `min(1, V * p(x))` instead of `p(x)`.
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ def fill_drafts(
     width: int,
     vocab_size: int,
     u: torch.Tensor,
-) -> torch.Tensor:
-    """`drafts [B, R, S]` with every `fresh` slot replaced by its initial guess.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`drafts [B, R, S]` with every `fresh` slot replaced by its initial guess, and `[B, R, S]` bool: the
+    slots whose guess is a uniform random code (their proposal is uniform; every other guess is a function
+    of what is known, a point mass).
 
     Slot `j` of lane `r` guesses cell `cells[b, r, j]` (a lane's slots are consecutive cells, and its fresh
     slots are the last ones). `board [B, N]` holds the committed codes and the lanes' kept drafts; `top1`
@@ -73,11 +79,12 @@ def fill_drafts(
     lane gives that slot's guess; one in another lane's fresh slots counts as unknown."""
     random = _random_code(u, vocab_size)
     if scheme == "random":
-        return torch.where(fresh, random, drafts)
+        return torch.where(fresh, random, drafts), fresh
     slot = torch.arange(drafts.shape[-1], device=drafts.device).expand_as(drafts)
     value = torch.where(fresh, random, drafts)  # the last fallback: a random code
     pointing = torch.zeros_like(fresh)  # the guess is that of slot `pointer` (an earlier fresh slot)
     pointer = slot
+    drawn = fresh  # the guess is the slot's own random code
     # fallbacks first, so that the scheme's own neighbour overrides them: left, above, latest argmax
     steps = [1] if scheme.endswith("horizontal") else [1, width]
     for step in steps:
@@ -87,17 +94,19 @@ def fill_drafts(
         value = torch.where(has_value, found, value)
         pointing = torch.where(in_run, True, pointing & ~has_value)
         pointer = torch.where(in_run, slot - step, pointer)
+        drawn = drawn & ~in_run & ~has_value
     if uses_top1(scheme):
         found = _lookup(top1, cells - steps[-1])
         has_top1 = fresh & (cells >= steps[-1]) & (found >= 0)
         value = torch.where(has_top1, found, value)
         pointing &= ~has_top1
+        drawn &= ~has_top1
     for _ in range(math.ceil(math.log2(drafts.shape[-1])) + 1):  # pointer jumping: chains halve each round
         target_pointing = pointing.gather(-1, pointer)
         value = torch.where(pointing & ~target_pointing, value.gather(-1, pointer), value)
         pointer = torch.where(pointing & target_pointing, pointer.gather(-1, pointer), pointer)
         pointing &= target_pointing
-    return value
+    return value, drawn
 
 
 def _random_code(u: torch.Tensor, vocab_size: int) -> torch.Tensor:

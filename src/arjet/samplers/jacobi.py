@@ -27,6 +27,15 @@ from .speculative import AcceptanceRule, accept_prefix, couple, residual
 
 
 @dataclass
+class RuleContext:
+    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook (LANTERN), and under greedy
+    decoding the non-greedy distribution behind the one-hot `p` (`soft_p`, for LANTERN's relaxed argmax)."""
+
+    codebook: torch.Tensor | None = None
+    soft_p: torch.Tensor | None = None
+
+
+@dataclass
 class JacobiOutcome:
     advanced: torch.Tensor  # [...] cells committed (accepted drafts + the token, if any)
     committed: torch.Tensor  # [..., L] bool: window positions committed
@@ -59,11 +68,14 @@ def jacobi_step(
     u_accept, u_draw, u_couple = u.unbind(-2)
     positions = torch.arange(window, device=p.device)
     usable = valid[..., :slots]
-    if slots:
+    if slots and hasattr(rule, "verify"):  # a rule whose target depends on the draft (LANTERN as published)
+        t_x, rest = rule.verify(p[..., :slots, :], proposals, drafts, context)
+        q_x = proposals.gather(-1, drafts[..., None]).squeeze(-1)
+        accepted = ((u_accept[..., :slots] * q_x < t_x) & usable).long().cumprod(-1).sum(-1)
+    elif slots:
         target = rule.target(p[..., :slots, :], proposals, context)
         accepted = accept_prefix(target, proposals, drafts, u_accept[..., :slots], usable)
     else:
-        target = p[..., :0, :]
         accepted = torch.zeros(valid.shape[:-1], dtype=torch.long, device=p.device)
     rejected = accepted < usable.long().cumprod(-1).sum(-1)
     at = accepted.clamp(max=window - 1)
@@ -71,11 +83,17 @@ def jacobi_step(
     dist = _take(p, at)
     if slots:
         at_draft = accepted.clamp(max=slots - 1)
-        dist = torch.where(rejected[..., None], residual(_take(target, at_draft), _take(proposals, at_draft)), dist)
+        if hasattr(rule, "verify"):
+            resampled = _take(rest, at_draft)
+        else:
+            resampled = residual(_take(target, at_draft), _take(proposals, at_draft))
+        dist = torch.where(rejected[..., None], resampled, dist)
     token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
     padded = torch.cat([drafts, drafts.new_zeros(*drafts.shape[:-1], 1)], -1)
     codes = torch.where(positions == accepted[..., None], token[..., None], padded)
-    committed = (positions < accepted[..., None]) | ((positions == accepted[..., None]) & token_valid[..., None])
+    committed = (positions < accepted[..., None]) | (
+        (positions == accepted[..., None]) & token_valid[..., None]
+    )
     advanced = accepted + token_valid.long()
 
     samples = sample(p, u_draw)

@@ -95,6 +95,11 @@ class Lantern:
         if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
             raise ValueError(f"lantern top must be an integer >= 1, got {self.top!r}")
 
+    @property
+    def relaxes_greedy(self) -> bool:
+        """Greedy decoding verifies against the relaxed argmax (the step then passes `context.soft_p`)."""
+        return self.bound == "draft"
+
     # -- the rule the speculative step calls --------------------------------------------------------
     def verify(
         self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: object

@@ -89,6 +89,10 @@ class LogitsPolicy:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def soft(self) -> LogitsPolicy:
+        """The distribution behind greedy decoding: the same top-k / top-p at temperature 1."""
+        return LogitsPolicy(1.0, self.top_k, self.top_p)
+
     def process(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed logits (`-inf` outside the top-k / top-p set); greedy keeps only the argmax."""
         logits = logits.float()

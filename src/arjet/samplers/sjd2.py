@@ -8,7 +8,7 @@ current draft, and no slot is noisier than its distance to the committed prefix 
 towards the prefix and a slot is clean by the time it reaches the front.
 
 Every forward predicts every slot. Drafts are verified exactly as in SJD: draft `x` of a slot was drawn
-from `q`, the distribution that slot had in the previous forward (a point mass for a new slot), and is
+from `q`, the distribution that slot had in the previous forward (uniform for a new slot's random code), and is
 accepted with probability `min(1, p(x) / q(x))`, where `p` is this forward's processed distribution.
 A slot's `p` is only a valid target while every slot before it fed a clean draft, so verification stops
 after the first noisy slot; a rejection is resampled from the residual, and a fully verified clean window
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from .base import DecodeTrace, commit_first_cell, run_steps
-from .jacobi import jacobi_step
+from .jacobi import RuleContext, jacobi_step
 from .policy import LogitsPolicy
 from .random import ImageRandom
 from .sjd import check_window
-from .speculative import Exact, one_hot
+from .speculative import Exact, guess_proposal
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -84,7 +84,12 @@ class _Denoiser:
     """The state of an SJD2 decode and its fixed-shape `step`."""
 
     def __init__(
-        self, sampler: SJD2, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+        self,
+        sampler: SJD2,
+        session: DecodingSession,
+        policy: LogitsPolicy,
+        rng: ImageRandom,
+        trace: DecodeTrace,
     ):
         self.session, self.policy, self.rng, self.trace = session, policy, rng, trace
         self.noise = noise = session.noise
@@ -106,7 +111,7 @@ class _Denoiser:
         batch = session.batch_size
         self.n = torch.ones(batch, dtype=torch.long, device=device)
         self.drafts = _random_codes(rng.uniform(slots), vocab)
-        self.proposals = one_hot(self.drafts, vocab)
+        self.proposals = guess_proposal(self.drafts, torch.ones_like(self.drafts, dtype=torch.bool), vocab)
         self.level = self.cap.expand(batch, slots).clone()
         self.state = noise.add_noise(
             self.table[self.drafts], self.level / top, rng.normal(slots, self.table.shape[-1])
@@ -130,7 +135,11 @@ class _Denoiser:
         )
         embedded = torch.cat([torch.zeros_like(noisy[:, :1]), noisy], 1)
         logits = session.logits(
-            query_cells, inputs, embeddings=embeddings, embedded=embedded, row_ends=(window - 1) // session.grid[1] + 1
+            query_cells,
+            inputs,
+            embeddings=embeddings,
+            embedded=embedded,
+            row_ends=(window - 1) // session.grid[1] + 1,
         )
         p = self.policy.probs(logits)
 
@@ -143,7 +152,7 @@ class _Denoiser:
             self.proposals,
             in_window & clean_before,
             Exact(),
-            session,
+            RuleContext(),
             u[:, :3],
             self.coupling,
             torch.full_like(self.n, window),
@@ -157,13 +166,17 @@ class _Denoiser:
         source = (outcome.advanced[:, None] + positions[:slots]).clamp(max=window - 1)
         fresh = _random_codes(u[:, 3, :slots], vocab)
         drafts = torch.where(inside, outcome.next_drafts, fresh)
-        proposals = torch.where(inside[..., None], outcome.next_proposals, one_hot(drafts, vocab))
+        proposals = torch.where(
+            inside[..., None], outcome.next_proposals, guess_proposal(drafts, ~inside, vocab)
+        )
         noise_draws = self.rng.normal(window, dim)
         shifted_level = torch.cat([self.level, torch.full_like(self.level[:, :1], top)], 1)
         shifted_state = torch.cat([self.state, noise_draws[:, :1]], 1)
         old_level = torch.where(inside, shifted_level.gather(1, source), top)
         new_state = torch.where(
-            inside[..., None], shifted_state.gather(1, source[..., None].expand(-1, -1, dim)), noise_draws[:, 1:]
+            inside[..., None],
+            shifted_state.gather(1, source[..., None].expand(-1, -1, dim)),
+            noise_draws[:, 1:],
         )
         next_level = torch.minimum((old_level - inside.long()).clamp(min=0), self.cap)
         denoised = noise.denoise_step(new_state, self.table[drafts], old_level / top, next_level / top)

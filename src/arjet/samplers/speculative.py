@@ -69,4 +69,12 @@ def couple(
 
 
 def one_hot(codes: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    return torch.nn.functional.one_hot(codes, vocab_size).float()
+    """`[..., V]` point masses at `codes` (built by a scatter: `F.one_hot` reads the device to check them)."""
+    return torch.zeros(*codes.shape, vocab_size, device=codes.device).scatter_(-1, codes[..., None], 1.0)
+
+
+def guess_proposal(codes: torch.Tensor, drawn: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The proposal of an initial guess: uniform where it is a uniform random code (`drawn`), else a point
+    mass at the guess."""
+    uniform = torch.full((vocab_size,), 1.0 / vocab_size, device=codes.device)
+    return torch.where(drawn[..., None], uniform, one_hot(codes, vocab_size))

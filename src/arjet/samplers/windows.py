@@ -4,7 +4,7 @@ An image is split into *lanes*: runs of cells decoded left to right (SJD: one la
 ZipAR: one lane per row, started once the row above has `lag` codes). Every forward, each active lane
 with next cell `n` feeds the code of cell `n - 1` followed by its drafts for cells `n, n+1, ...` and gets
 the processed target `p` for its next `L` cells; `jacobi_step` verifies, resamples, commits and redrafts.
-New draft slots get an initial guess with a point-mass proposal. With `L = 1` there are no drafts and each
+New draft slots get an initial guess, declared with the proposal it was drawn from (see `drafts`). With `L = 1` there are no drafts and each
 lane simply samples one code per forward: plain ZipAR is the same loop.
 
 A lane's drafts form their own group in the session, so no lane attends to another lane's unverified
@@ -25,10 +25,10 @@ import torch
 
 from .base import DecodeTrace, commit_first_cell, run_steps
 from .drafts import fill_drafts, uses_top1
-from .jacobi import jacobi_step
+from .jacobi import RuleContext, jacobi_step
 from .policy import LogitsPolicy
 from .random import ImageRandom
-from .speculative import AcceptanceRule, one_hot
+from .speculative import AcceptanceRule, guess_proposal
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -110,7 +110,7 @@ class WindowDecoder:
         self.lane_start = torch.cat([lanes.starts, lanes.starts.new_zeros(1)]).to(device)
         self.lane_end = torch.cat([lanes.ends, lanes.ends.new_zeros(1)]).to(device)
         self.lane_first = self.lane_start.clone()
-        self.lane_first[0] = max(1, int(lanes.starts[0]))  # cell 0 comes from the prefill
+        self.lane_first[:1].clamp_(min=1)  # cell 0 comes from the prefill
         self.row = torch.full((batch, slots), count, dtype=torch.long, device=device)  # lane held by a slot
         self.next_lane = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.n = torch.zeros(batch, slots, dtype=torch.long, device=device)
@@ -119,6 +119,8 @@ class WindowDecoder:
         self.proposals = torch.zeros(batch, slots, draft_slots, session.vocab_size, device=device)
         self.fed = torch.zeros(batch, session.num_cells + 1, dtype=torch.bool, device=device)  # code in cache
         self.track_top1 = uses_top1(config.init)
+        relaxes_greedy = getattr(config.acceptance, "relaxes_greedy", False)
+        self.soft_policy = policy.soft() if policy.greedy and relaxes_greedy else None
         self.top1 = torch.full((batch, session.num_cells + 1), -1, dtype=torch.long, device=device)
         self.positions = torch.arange(window, device=device)
         self.slot_ids = torch.arange(slots, device=device)
@@ -178,6 +180,9 @@ class WindowDecoder:
             row_ends=self.row_ends,
         ).view(batch, slots, window + 1, vocab)
         p = self.policy.probs(logits[..., :window, :])
+        context = RuleContext(session.codebook)
+        if self.soft_policy is not None:
+            context.soft_p = self.soft_policy.probs(logits[..., : self.slots, :])
         if self.track_top1:
             _scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
 
@@ -189,7 +194,7 @@ class WindowDecoder:
             self.proposals[..., : self.slots, :],
             in_window,
             self.config.acceptance,
-            session,
+            context,
             u[:, :, :3],
             self.config.coupling,
             length,
@@ -215,7 +220,9 @@ class WindowDecoder:
         lane = self.next_lane  # [B, 1]
         above = (lane - 1).clamp(min=0)
         n_above = self.n.gather(1, above % self.lane_slots)
-        ready = (lane == 0) | (n_above - self.lane_start[above] >= self.lag) | (n_above >= self.lane_end[above])
+        ready = (
+            (lane == 0) | (n_above - self.lane_start[above] >= self.lag) | (n_above >= self.lane_end[above])
+        )
         slot = lane % self.lane_slots
         held = self.row.gather(1, slot)
         free = (self.n.gather(1, slot) >= self.lane_end[held]) & ~self._needs_flush().gather(1, slot)
@@ -236,7 +243,7 @@ class WindowDecoder:
         fresh = inside & (newly[..., None] | refill)
         board = torch.cat([self.trace.codes, torch.full_like(self.trace.codes[:, :1], -1)], 1)
         _scatter_where(board, cells, drafts, inside & ~fresh)
-        guesses = fill_drafts(
+        guesses, drawn = fill_drafts(
             self.config.init,
             drafts,
             fresh,
@@ -249,7 +256,9 @@ class WindowDecoder:
         )
         self.drafts[..., : self.slots] = guesses
         self.proposals[..., : self.slots, :] = torch.where(
-            fresh[..., None], one_hot(guesses, self.session.vocab_size), self.proposals[..., : self.slots, :]
+            fresh[..., None],
+            guess_proposal(guesses, drawn, self.session.vocab_size),
+            self.proposals[..., : self.slots, :],
         )
 
     def _needs_flush(self) -> torch.Tensor:

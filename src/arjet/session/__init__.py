@@ -2,11 +2,12 @@
 
 from .adapter import ModelAdapter
 from .cache import SlotCache
-from .decoder import LlamaStackDecoder, StaticDecoder, TransformersDecoder
+from .decoder import CompiledDecoder, LlamaStackDecoder, StaticDecoder, TransformersDecoder
 from .layout import ImageLayout, Prefix
 from .session import DecodingSession
 
 __all__ = [
+    "CompiledDecoder",
     "DecodingSession",
     "ImageLayout",
     "LlamaStackDecoder",

@@ -61,6 +61,19 @@ class TransformersDecoder:
         return self._hidden_states(embeds, positions, mask, cache)
 
 
+class CompiledDecoder:
+    """A decoder stack whose forward runs through `torch.compile` (one compiled graph per shape: per query
+    width and attention span). Keep one per pipeline: compiling is slow, replaying is not."""
+
+    def __init__(self, decoder: StaticDecoder, **options):
+        self.decoder = decoder
+        self.reads_span_only = decoder.reads_span_only
+        self.forward = torch.compile(decoder.forward, dynamic=False, **options)
+
+    def new_cache(self, rows: int, capacity: int) -> object:
+        return self.decoder.new_cache(rows, capacity)
+
+
 @dataclass
 class _Layer:
     attention_norm: nn.Module
@@ -82,7 +95,7 @@ class KVCache:
     keys: torch.Tensor  # [layers, rows, kv_heads, capacity, head_dim]
     values: torch.Tensor
     cos: torch.Tensor  # [capacity, head_dim] rotary tables by position
-    sin: torch.Tensor
+    sin: torch.Tensor  # with the sign of rotate-half folded in: rotate_half(x) * sin == swap_halves(x) * sin
 
 
 class LlamaStackDecoder:
@@ -129,7 +142,9 @@ class LlamaStackDecoder:
         positions = torch.arange(capacity, device=weight.device)[None]
         with torch.no_grad():
             cos, sin = self.backbone.rotary_emb(keys[0, :1, 0], positions)
-        return KVCache(keys, torch.zeros_like(keys), cos[0], sin[0])
+        half = self.head_dim // 2
+        signed_sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
+        return KVCache(keys, torch.zeros_like(keys), cos[0], signed_sin)
 
     def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
         rows, m, _ = embeds.shape
@@ -185,7 +200,7 @@ def _head_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], None, None, eps=1e-5) * norm.weight + norm.bias
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, transformers' `x * cos + rotate_half(x) * sin` with the halves swapped by a view."""
+    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
+    return torch.addcmul(x * cos, swapped, signed_sin)

@@ -56,6 +56,8 @@ class _Inputs:
 
 
 class DecodingSession:
+    span_step_min = 64  # the attention span grows in steps of at least this many slots (tests lower it)
+
     def __init__(
         self,
         adapter: ModelAdapter,
@@ -64,6 +66,7 @@ class DecodingSession:
         guidance_scale: float | None = None,
         codebook: torch.Tensor | None = None,
         noise: NoiseConditioning | None = None,
+        decoder: StaticDecoder | None = None,
     ):
         self.adapter = adapter
         self.codebook = codebook  # [V, d] VQ code vectors, for rules that compare codes (LANTERN)
@@ -81,10 +84,7 @@ class DecodingSession:
         self.device = prefix.ids.device
         self.capacity = prefix.length + layout.body_length + 1
         self.scratch = self.capacity - 1  # padding inputs write here; never visible to a real query
-        static = getattr(adapter, "static_decoder", None)
-        self.decoder: StaticDecoder = (static() if static is not None else None) or TransformersDecoder(
-            adapter.hidden_states, adapter.num_layers
-        )
+        self.decoder: StaticDecoder = decoder or default_decoder(adapter)
         self.cache = self.decoder.new_cache(rows, self.capacity)
         self.filled = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
         self.span = self.capacity
@@ -93,6 +93,7 @@ class DecodingSession:
         self.count = 0
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
         self._keys = torch.arange(self.capacity, device=self.device)
+        self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
         self._last: _Inputs | None = None
         self.first_logits = self._prefill()  # [B, V] guided logits of cell 0
 
@@ -178,13 +179,21 @@ class DecodingSession:
         """Attend over enough slots for inputs up to `cells` cells past the furthest one fed so far (read at
         the last `check`); the span grows in a few fixed steps, each a shape of its own."""
         bound = self._frontier + 1 + (cells // self.layout.width + 2) * self.layout.row_stride
-        bucket = 64 * max(1, _ceil_div(_ceil_div(self.capacity, 8), 64))
+        step = self.span_step_min
+        bucket = step * max(1, _ceil_div(_ceil_div(self.capacity, 8), step))
         self.span = min(self.capacity, bucket * _ceil_div(bound, bucket))
 
     def check(self) -> None:
-        """Raise for misuse recorded on the device since the session began; also reads how far inputs reach."""
-        *errors, frontier = torch.cat([self.errors.long(), self.frontier]).tolist()
-        self._frontier = frontier
+        """Raise for misuse recorded on the device since the session began; also learns how far inputs reach.
+        One read of the device (`status` / `apply_status` let a caller fold it into a read of its own)."""
+        self.apply_status(self.status().tolist())
+
+    def status(self) -> torch.Tensor:
+        """`[k]` long: the misuse flags and the furthest slot fed so far, for `apply_status`."""
+        return torch.cat([self.errors.long(), self.frontier])
+
+    def apply_status(self, status: list[int]) -> None:
+        *errors, self._frontier = status
         for message, happened in zip(_ERRORS, errors, strict=True):
             if happened:
                 raise ValueError(f"decoding session misuse: {message}")
@@ -231,9 +240,9 @@ class DecodingSession:
         slot_group = slot_group.scatter_(1, target, rows(inputs.group))[:, None, :span]
         groups = rows(inputs.group)[..., None]
         sees_call_input = (slot_group == groups) | (slot_group == 0)
-        return (
-            self.filled[:, None, :span] | sees_call_input | (keys >= rows(inputs.qstart)[..., None])
-        ) & (keys <= slots[..., None])
+        return (self.filled[:, None, :span] | sees_call_input | (keys >= rows(inputs.qstart)[..., None])) & (
+            keys <= slots[..., None]
+        )
 
     @torch.inference_mode()
     def _prefill(self) -> torch.Tensor:
@@ -271,7 +280,14 @@ class DecodingSession:
         )
         group = torch.zeros_like(cells) if group is None else group.to(self.device).expand_as(cells)
         query = torch.arange(n, device=self.device).expand(batch, n)
-        fields = [base, base, query, group, has_input, ephemeral]  # slots, qstart, query, group, real, ephemeral
+        fields = [
+            base,
+            base,
+            query,
+            group,
+            has_input,
+            ephemeral,
+        ]  # slots, qstart, query, group, real, ephemeral
         last = query
         if n_struct and row_ends:
             at_row_end = has_input & (prev % layout.width == layout.width - 1)
@@ -288,12 +304,21 @@ class DecodingSession:
             qstart = torch.where(fits, base, self.scratch)
             # token j of the k-th row end sits in column n + k * n_struct + j
             extra = [
-                _interleave([compact(torch.where(fits, base + 1 + j, self.scratch), self.scratch)
-                             for j in range(n_struct)]),
+                _interleave(
+                    [
+                        compact(torch.where(fits, base + 1 + j, self.scratch), self.scratch)
+                        for j in range(n_struct)
+                    ]
+                ),
                 *(
                     _interleave([compact(value, fill)] * n_struct)
-                    for value, fill in ((qstart, self.scratch), (query, 0), (group, 0), (fits, False),
-                                        (ephemeral & fits, False))
+                    for value, fill in (
+                        (qstart, self.scratch),
+                        (query, 0),
+                        (group, 0),
+                        (fits, False),
+                        (ephemeral & fits, False),
+                    )
                 ),
             ]
             fields = [torch.cat([field, more], 1) for field, more in zip(fields, extra, strict=True)]
@@ -313,10 +338,16 @@ class DecodingSession:
             embeds = torch.where(use, embeddings.to(embeds.dtype), embeds)
         extra = inputs.slots.shape[1] - cells.shape[1]
         if extra:
-            ids = self.layout.row_end_ids
-            tokens = torch.tensor(ids, device=self.device).repeat(extra // len(ids))
+            tokens = self._row_end_tokens.repeat(extra // len(self.layout.row_end_ids))
             embeds = torch.cat([embeds, self.adapter.embed_tokens(tokens.expand(cells.shape[0], -1))], 1)
         return embeds
+
+
+def default_decoder(adapter: ModelAdapter) -> StaticDecoder:
+    """The adapter's own static decoder stack when it offers one, else transformers' module via a slot cache."""
+    static = getattr(adapter, "static_decoder", None)
+    decoder = static() if static is not None else None
+    return decoder or TransformersDecoder(adapter.hidden_states, adapter.num_layers)
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -1,0 +1,77 @@
+"""Running a decode's fixed-shape steps as CUDA graphs, and compiling the decoder forward.
+
+A built-in sampler's step has the same shapes at every call for a given attention span (see
+`DecodingSession.reserve`) and reads nothing back from the device, so on CUDA it can be captured once per
+span and replayed: one launch per step instead of hundreds. `CudaGraphRunner` is the `runner` a
+`DecodeTrace` takes: the first `warmup` steps of each span run eagerly (they are real steps; they also
+initialise lazily created library state), the next one is captured and replayed, and later steps of that
+span only replay. Python code inside the step does not run on replay, so every piece of state a step
+changes lives in a device tensor updated in place; the one Python counter it moves (`session.count`) is
+advanced here.
+
+The other mode, `torch.compile` of the decoder forward (CPU or CUDA), is `arjet.session.CompiledDecoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from ..session import DecodingSession
+
+COMPILE_MODES = ("none", "cuda-graphs", "inductor")
+
+
+def compile_mode(compile: bool | str, device: torch.device) -> str:
+    """The mode for a pipeline's `compile=` argument: False / "none" (eager), "cuda-graphs", "inductor" (a
+    `torch.compile` of the decoder forward), or True (CUDA graphs on a CUDA device, else inductor)."""
+    if compile is True:
+        return "cuda-graphs" if device.type == "cuda" else "inductor"
+    if compile is False or compile is None:
+        return "none"
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {compile!r}")
+    if compile == "cuda-graphs" and device.type != "cuda":
+        raise ValueError(
+            f"compile='cuda-graphs' needs a CUDA device; this pipeline runs on {device.type} "
+            "(use compile='inductor' or compile=False)"
+        )
+    return compile
+
+
+class CudaGraphRunner:
+    """Runs decode steps eagerly `warmup` times per attention span, then as a captured CUDA graph."""
+
+    def __init__(self, session: DecodingSession, warmup: int = 2):
+        self.session = session
+        self.warmup = warmup
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, int]] = {}
+        self.eager_steps: dict[int, int] = {}
+
+    def __call__(self, step: Callable[[], None]) -> None:
+        span = self.session.span
+        captured = self.graphs.get(span)
+        if captured is not None:
+            graph, forwards = captured
+            graph.replay()
+            self.session.count += forwards
+            return
+        if self.eager_steps.get(span, 0) < self.warmup:
+            self.eager_steps[span] = self.eager_steps.get(span, 0) + 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step()
+            torch.cuda.current_stream().wait_stream(side)
+            return
+        graph = torch.cuda.CUDAGraph()
+        before = self.session.count
+        with torch.cuda.graph(graph, pool=self.pool):
+            step()  # recorded, not run: the replay below runs it
+        forwards = self.session.count - before
+        self.graphs[span] = (graph, forwards)
+        graph.replay()

@@ -1,0 +1,94 @@
+"""The ways a decode step can run: eagerly, with narrow attention spans, compiled, or as CUDA graphs; all give
+the same codes for the same seeds (fp32)."""
+
+import pytest
+import torch
+from test_sjd2 import _with_noise_conditioning
+
+from arjet.samplers import SJD, SJD2, ZipAR
+from arjet.samplers.capture import compile_mode
+from arjet.session import DecodingSession
+from arjet.testing import tiny_pipeline
+
+SAMPLERS = [
+    "ar",
+    SJD(window=3),
+    SJD(window=4, init="repeat_vertical", coupling=True),
+    ZipAR(w=2),
+    ZipAR(w=2, verify=SJD(window=3)),
+]
+GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
+
+
+def _codes(pipe, sampler, **kwargs):
+    out = pipe(["a red circle", "green star"], sampler=sampler, seed=0, output_type="latent", **kwargs)
+    return out.codes
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=repr)
+def test_narrow_attention_spans_give_the_same_codes(family, sampler, monkeypatch):
+    """With spans growing one slot at a time, each step attends to just the slots the decode loop reserved;
+    an input outside them would raise. Same codes as attending over the whole cache."""
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0)
+    full = _codes(pipe, sampler)
+    monkeypatch.setattr(DecodingSession, "span_step_min", 1)
+    assert torch.equal(_codes(pipe, sampler), full)
+
+
+def test_sjd2_with_narrow_spans_gives_the_same_codes(monkeypatch):
+    pipe = _with_noise_conditioning(tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0))
+    full = _codes(pipe, SJD2(window=4))
+    monkeypatch.setattr(DecodingSession, "span_step_min", 1)
+    assert torch.equal(_codes(pipe, SJD2(window=4)), full)
+
+
+@pytest.mark.parametrize(
+    ("value", "device", "mode"),
+    [
+        (False, "cpu", "none"),
+        (True, "cpu", "inductor"),
+        (True, "cuda", "cuda-graphs"),
+        ("inductor", "cpu", "inductor"),
+    ],
+)
+def test_compile_modes(value, device, mode):
+    assert compile_mode(value, torch.device(device)) == mode
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("graphs", "one of none, cuda-graphs, inductor"), ("cuda-graphs", "needs a CUDA device")],
+)
+def test_bad_compile_values_are_refused_before_any_model_work(value, message, monkeypatch):
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8)
+    monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("encoded before the check"))
+    with pytest.raises(ValueError, match=message):
+        pipe("a red circle", compile=value)
+
+
+def test_a_compiled_decoder_gives_the_eager_codes():
+    """`torch.compile` of the decoder forward on the CPU (one shape: a 2x2 grid fits one span)."""
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0)
+    for sampler in ("ar", SJD(window=2)):
+        assert torch.equal(_codes(pipe, sampler, compile="inductor"), _codes(pipe, sampler))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=repr)
+def test_cuda_graphs_give_the_eager_codes(family, sampler):
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0).to("cuda")
+    assert torch.equal(_codes(pipe, sampler, compile="cuda-graphs"), _codes(pipe, sampler))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
+    pipe = _with_noise_conditioning(tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0)).to(
+        "cuda"
+    )
+    assert torch.equal(_codes(pipe, SJD2(window=4), compile="cuda-graphs"), _codes(pipe, SJD2(window=4)))
+    builtin = builtin_pipe.to("cuda")
+    try:
+        for sampler in ("ar", "sjd", "zipar"):
+            assert torch.equal(_codes(builtin, sampler, compile="cuda-graphs"), _codes(builtin, sampler))
+    finally:
+        builtin_pipe.to("cpu")

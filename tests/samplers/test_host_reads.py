@@ -1,0 +1,122 @@
+"""The decode loop does not wait for the device: host reads of tensors during a decode stay fixed in number
+(plain AR, plain ZipAR) or come once every few steps (samplers whose step count depends on the data)."""
+
+import math
+
+import pytest
+import torch
+from test_sjd2 import _with_noise_conditioning
+
+from arjet.samplers import SJD, SJD2, ZipAR, base, get
+from arjet.testing import tiny_pipeline
+
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
+
+
+class _Counted:
+    """A sampler that counts host reads of tensors while the wrapped sampler runs."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.name = sampler.name
+        self.counting = False
+        self.reads = 0
+
+    def run(self, *args):
+        self.counting = True
+        try:
+            self.sampler.run(*args)
+        finally:
+            self.counting = False
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    samplers = []
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, _original=original, **kwargs):
+            for sampler in samplers:
+                sampler.reads += sampler.counting
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+
+    def make(sampler):
+        samplers.append(_Counted(get(sampler)))
+        return samplers[-1]
+
+    return make
+
+
+def _decode(pipe, sampler, grid):
+    out = pipe("a red circle", sampler=sampler, seed=0, output_type="latent", num_images_per_prompt=2)
+    assert (out.codes >= 0).all() and out.codes.shape[1:] == grid
+    return out
+
+
+@pytest.mark.parametrize("sampler", ["ar", "zipar:w=2"])
+def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, sampler, counted):
+    reads = []
+    for side in (3, 6):
+        grid = (side, side)
+        pipe = tiny_pipeline(family, grid=grid, vocab_size=8)
+        spy = counted(sampler)
+        _decode(pipe, spy, grid)
+        reads.append(spy.reads)
+    assert reads[0] == reads[1] <= 3  # 4x the cells, the same reads
+
+
+@pytest.mark.parametrize(
+    "sampler", ["sjd:window=3", "mc-sjd:window=3", "zipar+sjd:w=2,window=2", "lantern:k=3,window=3"]
+)
+def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, sampler, counted):
+    """Beyond one read every `CHECK_EVERY` steps, the reads are a fixed set-up (e.g. LANTERN's neighbour
+    table): the same for a grid of 36 cells and one of 100."""
+    extra = []
+    for side in (6, 10):
+        grid = (side, side)
+        pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
+        spy = counted(sampler)
+        out = _decode(pipe, spy, grid)
+        steps = max(s.forward_passes for s in out.stats) - 1  # forwards after the prefill
+        assert steps > 2 * base.CHECK_EVERY
+        extra.append(spy.reads - math.ceil(steps / base.CHECK_EVERY))
+    assert 0 <= extra[0] == extra[1] <= 8
+
+
+def test_sjd2_reads_the_device_once_every_few_steps(counted):
+    grid = (4, 4)
+    pipe = _with_noise_conditioning(tiny_pipeline("emu3", grid=grid, vocab_size=8, logit_scale=3.0))
+    spy = counted(SJD2(window=4))
+    out = _decode(pipe, spy, grid)
+    steps = max(s.forward_passes for s in out.stats) - 1
+    assert spy.reads <= math.ceil(steps / base.CHECK_EVERY) + 2
+
+
+def test_the_counter_sees_a_host_read(counted):
+    """The instrument itself: a sampler that reads the device every step is caught."""
+
+    class Chatty(SJD):
+        def run(self, session, policy, rng, trace):
+            original = trace.commit
+
+            def commit(*args, **kwargs):
+                original(*args, **kwargs)
+                bool(trace.done.all())
+
+            trace.commit = commit
+            super().run(session, policy, rng, trace)
+
+    grid = (4, 4)
+    spy = counted(Chatty(window=3))
+    out = _decode(tiny_pipeline("janus", grid=grid, vocab_size=8), spy, grid)
+    assert spy.reads >= max(s.forward_passes for s in out.stats)
+
+
+def test_zipar_lane_slots_follow_the_schedule():
+    from arjet.samplers.windows import lane_slots
+
+    assert lane_slots(48, 48, 16) == 4 and lane_slots(48, 48, 48) == 1 and lane_slots(3, 48, 1) == 3
+    assert ZipAR(w=2).lag(4) == 2
