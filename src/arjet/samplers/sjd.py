@@ -27,6 +27,22 @@ def check_window(window: int) -> int:
     return window
 
 
+def check_size_fits(
+    name: str, value: int, default: int, grid: tuple[int, int], limit: int | None = None
+) -> None:
+    """Refuse a size option (`window`, `w`) larger than the grid has cells (or than `default`, when the
+    grid is smaller) or than an operator's `limit`: its memory and work grow with it, not with the image."""
+    cells = grid[0] * grid[1]
+    allowed = max(cells, default) if limit is None else min(max(cells, default), limit)
+    if value > allowed:
+        why = (
+            f"the limit of {limit}"
+            if limit is not None and allowed == limit
+            else f"the {cells} cells of this {grid[0]}x{grid[1]} grid"
+        )
+        raise ValueError(f"{name}={value} is larger than {why}; use {name} <= {allowed}")
+
+
 @dataclass
 class SJD:
     """`window`: slots verified per forward (default 16); `init`: how new slots are guessed (`random`,
@@ -43,6 +59,16 @@ class SJD:
     def __post_init__(self) -> None:
         check_window(self.window)
         check_scheme(self.init)
+        if not isinstance(self.coupling, bool):
+            raise ValueError(f"coupling must be True or False, got {self.coupling!r}")
+        if not callable(getattr(self.acceptance, "target", None)):
+            raise ValueError(
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
+            )
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a window the grid cannot use (see `check_size_fits`), before any work."""
+        check_size_fits("window", self.window, type(self).window, grid, max_window)
 
     @property
     def needs_codebook(self) -> bool:

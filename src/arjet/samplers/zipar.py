@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .base import DecodeTrace
 from .policy import LogitsPolicy
 from .random import ImageRandom
-from .sjd import SJD
+from .sjd import SJD, check_size_fits
 from .speculative import Exact
 from .windows import Lanes, WindowConfig, run_windows
 
@@ -44,6 +44,13 @@ class ZipAR:
     @property
     def needs_codebook(self) -> bool:
         return self.verify is not None and self.verify.needs_codebook
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a `w` or verify window the grid cannot use (`w >= W` is already raster order)."""
+        if self.w is not None:
+            check_size_fits("w", self.w, 1, grid)
+        if self.verify is not None:
+            self.verify.check_grid(grid, max_window)
 
     def lag(self, width: int) -> int:
         return self.w if self.w is not None else max(1, width // 2)
