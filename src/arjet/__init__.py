@@ -7,6 +7,7 @@ out.images[0]; out.stats[0]
 
 from . import samplers
 from .builtin import available_models, load
+from .limits import Limits
 from .pipelines import ARPipeline, ARPipelineOutput, Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
 
 __version__ = "0.1.0"
@@ -16,6 +17,7 @@ __all__ = [
     "ARPipelineOutput",
     "Emu3Pipeline",
     "JanusPipeline",
+    "Limits",
     "LuminaMGPTPipeline",
     "available_models",
     "load",

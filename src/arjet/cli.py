@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse: --help (0) or a bad command line (2), already printed
         return stop.code if isinstance(stop.code, int) else 2
+    command = " ".join(filter(None, (args.command, getattr(args, "stage", None))))  # `train STAGE`
     try:
         return int(args.func(args) or 0)
     except (ValueError, OSError) as error:
-        print(f"arjet {args.command}: error: {_message(error)}", file=sys.stderr)
+        print(f"arjet {command}: error: {_message(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"arjet {args.command}: interrupted", file=sys.stderr)
+        print(f"arjet {command}: interrupted", file=sys.stderr)
         return 130
 
 

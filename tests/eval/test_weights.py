@@ -104,7 +104,7 @@ def test_train_clip_init_refuses_a_pickle(crafted, tmp_path, capsys):
     args += ["--log", str(tmp_path / "log.jsonl")]
     assert main(args) == 2
     error = capsys.readouterr().err
-    assert error.startswith("arjet train: error: ") and "is not a readable safetensors file" in error
+    assert error.startswith("arjet train clip: error: ") and "is not a readable safetensors file" in error
     assert not marker.exists()
 
 

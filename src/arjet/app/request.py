@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import samplers
+from .. import checks, samplers
 
 MAX_PROMPT_CHARS = 300
 MAX_OPTIONS_CHARS = 200
@@ -94,14 +94,11 @@ def _check_demo_options(sampler: str, options: str) -> None:
 
 
 def _number(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}.")
-    return float(value)
+    return checks.number(name, value, low, high)
 
 
 def _integer(name: str, value: Any, low: int, high: int) -> int:
+    """A whole number; the page's number fields send `7.0` for 7."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
-    return value
+    return checks.integer(name, value, low, high)

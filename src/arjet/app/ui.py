@@ -110,7 +110,7 @@ def build_demo(
                 options = gr.Textbox(
                     label="Sampler options",
                     placeholder=OPTION_HINTS["sjd"],
-                    info="key=value, comma separated",
+                    info=_options_info("sjd"),
                 )
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
@@ -133,7 +133,7 @@ def build_demo(
                 stats = gr.Markdown("Press **Generate**.", label="stats", elem_id="stats")
                 heat = gr.Image(label="Commit-step map", type="pil", format="png", elem_id="heat-map")
         sampler.change(
-            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, "")),
+            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, ""), info=_options_info(name)),
             sampler,
             options,
             queue=False,
@@ -222,6 +222,14 @@ def _run(
         _heat_map(outputs, request),
         _stats_table(outputs, runs) + (f"\n\n{notice}" if notice else ""),
     )
+
+
+def _options_info(sampler: str) -> str:
+    """The chosen sampler's options, from the registry's schema."""
+    if sampler not in samplers.available():
+        return "key=value, comma separated"
+    names = [option.name for option in samplers.options(sampler)]
+    return "key=value, comma separated; " + (f"options: {', '.join(names)}" if names else "no options")
 
 
 def _unknown_words_notice(pipe, prompt: str) -> str:

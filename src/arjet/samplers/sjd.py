@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from .. import checks
 from .base import DecodeTrace
 from .drafts import check_scheme
 from .policy import LogitsPolicy
@@ -22,9 +23,7 @@ if TYPE_CHECKING:
 
 
 def check_window(window: int) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    return window
+    return checks.integer("window", window, 1)
 
 
 def check_size_fits(
@@ -59,8 +58,7 @@ class SJD:
     def __post_init__(self) -> None:
         check_window(self.window)
         check_scheme(self.init)
-        if not isinstance(self.coupling, bool):
-            raise ValueError(f"coupling must be True or False, got {self.coupling!r}")
+        checks.boolean("coupling", self.coupling)
         if not callable(getattr(self.acceptance, "target", None)):
             raise ValueError(
                 f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from .. import checks
 from .base import DecodeTrace
 from .policy import LogitsPolicy
 from .random import ImageRandom
-from .sjd import SJD, check_size_fits
+from .sjd import SJD
 from .speculative import Exact
 from .windows import Lanes, WindowConfig, run_windows
 
@@ -34,8 +35,7 @@ class ZipAR:
     name: ClassVar[str] = "zipar"
 
     def __post_init__(self) -> None:
-        if self.w is not None and (isinstance(self.w, bool) or not isinstance(self.w, int) or self.w < 1):
-            raise ValueError(f"ZipAR's window size w must be an integer >= 1, got {self.w!r}")
+        checks.optional_integer("ZipAR's window size w", self.w, 1)
         if self.verify is not None and not isinstance(self.verify, SJD):
             raise ValueError(f"verify must be an SJD sampler or None, got {self.verify!r}")
         if self.verify is not None:
@@ -46,9 +46,8 @@ class ZipAR:
         return self.verify is not None and self.verify.needs_codebook
 
     def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
-        """Refuse a `w` or verify window the grid cannot use (`w >= W` is already raster order)."""
-        if self.w is not None:
-            check_size_fits("w", self.w, 1, grid)
+        """Refuse a verify window the grid cannot use. `w` needs no bound: it is a lag that allocates
+        nothing, and any `w >= W` is raster order."""
         if self.verify is not None:
             self.verify.check_grid(grid, max_window)
 

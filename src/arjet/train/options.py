@@ -1,9 +1,9 @@
 """Training configs are dataclasses; their fields become command-line options one to one.
 
 Every option is typed and bounded at parse time (`arjet.checks`), so `--batch-size 0` or `--max-minutes -1`
-ends as `arjet train STAGE: error: argument --batch-size: ...` before anything is built: counts are
-integers >= 0, sizes, steps and batches >= 1, rates and budgets > 0, shares in [0, 1], the device one that
-exists here. A config class can override a field's bounds with a `cli_bounds` class attribute.
+ends as `arjet train STAGE: error: argument --batch-size: ...` before anything is built: counts (steps
+included) are integers >= 0, sizes and batches >= 1, rates and time budgets > 0, shares in [0, 1], the
+device one that exists here. A config class can override a field's bounds with a `cli_bounds` class attribute.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ Config = TypeVar("Config")
 
 # integer fields that must be >= 1, and number fields that must be > 0
 POSITIVE = {
-    "batch_size", "max_steps", "threads", "train_images", "heldout_images", "images", "eval_images",
+    "batch_size", "threads", "train_images", "heldout_images", "images", "eval_images",
     "image_size", "base_channels", "num_res_blocks", "latent_channels", "embed_dim", "codebook_size",
     "hidden_size", "layers", "heads", "kv_heads", "intermediate_size", "levels", "min_segment",
     "max_segment", "log_every", "restart_every", "eval_every", "vision_width", "patch_size", "text_width",
