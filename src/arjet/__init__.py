@@ -7,6 +7,7 @@ out.images[0]; out.stats[0]
 
 from . import samplers
 from .builtin import available_models, load
+from .limits import Limits
 from .pipelines import ARPipeline, ARPipelineOutput, Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
 from .presets import available_presets, random_pipeline
 
@@ -17,6 +18,7 @@ __all__ = [
     "ARPipelineOutput",
     "Emu3Pipeline",
     "JanusPipeline",
+    "Limits",
     "LuminaMGPTPipeline",
     "available_models",
     "available_presets",

@@ -22,8 +22,16 @@ _COMMANDS = (
 )
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with arjet's one error format: `arjet CMD: error: MESSAGE` first, then where to find the
+    usage; exit status 2 (argparse's own convention for a bad command line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arjet", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="arjet", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS:
         try:
@@ -37,12 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command. A user error (a bad value, a missing or unwritable file; `ValueError` / `OSError`)
+    ends as one line `arjet CMD: error: ...` with exit status 2, never a traceback; Ctrl-C exits 130."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # argparse: --help (0) or a bad command line (2), already printed
+        return stop.code if isinstance(stop.code, int) else 2
+    command = " ".join(filter(None, (args.command, getattr(args, "stage", None))))  # `train STAGE`
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"arjet {args.command}: error: {error}", file=sys.stderr)
+    except (ValueError, OSError) as error:
+        print(f"arjet {command}: error: {_message(error)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"arjet {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _message(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.strerror}: {error.filename}"
+    return str(error) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 `tiny_pipeline("janus" | "emu3" | "lumina_mgpt", grid=(h, w), vocab_size=V, seed=0)` builds the real
 transformers model class (and VQ) with a few thousand random parameters, a word-level text tokenizer
 with the family's special tokens, and wraps them in the family's pipeline: the diffusers
-`get_dummy_components` idea, public. Everything is built in memory; nothing is downloaded.
+`get_dummy_components` idea, public. Everything is built in memory; nothing is downloaded. Its
+`limits` allow 100,000 images per call (statistical tests draw thousands of tiny images at once).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from collections.abc import Callable
 
 import torch
 
+from .limits import Limits
 from .text_tokenizer import build_word_tokenizer
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt")
+TINY_LIMITS = Limits(max_images_per_call=100_000)
 WORDS = [
     "a",
     "an",
@@ -83,6 +86,7 @@ def tiny_pipeline(
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     torch.manual_seed(seed)
     pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)
+    pipe.limits = TINY_LIMITS  # a tiny model decodes thousands of images at once for statistical tests
     if dtype != torch.float32:
         pipe.to(dtype=dtype)
     pipe.set_progress_bar_config(disable=True)

@@ -10,10 +10,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 @pytest.fixture(scope="package")
 def served_demo():
     """The demo over the built-in models, served on loopback for the whole package; yields its URL."""
-    from arjet.app import build_demo
+    from arjet.app.ui import build_demo, serve
 
     demo = build_demo(max_queue=3)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    serve(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()

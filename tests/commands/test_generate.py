@@ -55,16 +55,33 @@ def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
     ("option", "message"),
     [
         (["--sampler", "nope"], f"unknown sampler 'nope'; available: {', '.join(samplers.available())}"),
-        (["--sampler", "sjd:window=0"], "window must be an integer >= 1, got 0"),
-        (["--sampler", "sjd:bogus=1"], "bad arguments for sampler 'sjd'"),
-        (["--sampler", "sjd:init=nope"], "unknown draft init scheme 'nope'"),
-        (["--temperature", "inf"], "temperature must be a finite number >= 0"),
-        (["--guidance-scale", "nan"], "guidance_scale must be a finite number >= 0"),
-        (["--top-p", "2"], r"top_p must be in (0, 1]"),
-        (["--top-k", "0"], "top_k must be a positive integer"),
-        (["--num-images", "0"], "--num-images must be >= 1"),
-        (["--height", "0"], "--height must be a positive number of pixels"),
-        (["--out", "image.nope"], "--out must end in an image extension"),
+        (["--sampler", "sjd:window=0"], "window must be an integer from 1 to 16384, got '0'"),
+        (
+            ["--sampler", "sjd:bogus=1"],
+            "bad arguments for sampler 'sjd': no option 'bogus'; valid options: window",
+        ),
+        (["--sampler", "sjd:init=nope"], "init must be one of random, repeat_horizontal"),
+        (["--sampler", "sjd:coupling=maybe"], "coupling must be true or false, got 'maybe'"),
+        (["--sampler", "sjd:acceptance=foo"], "acceptance must be one of exact, lantern; got 'foo'"),
+        (["--sampler", "sjd:window=16,window=32"], "option window is given twice"),
+        (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got 'inf'"),
+        (["--temperature", "1e-45"], "temperature=1e-45 scales the logits by 1e+45, which overflows float32"),
+        (["--guidance-scale", "nan"], "argument --guidance-scale: must be a finite number >= 0, got 'nan'"),
+        (["--guidance-scale", "1e308"], "guidance_scale=1e+308 scales the logits by 1e+308"),
+        (["--top-p", "2"], "argument --top-p: must be a finite number in (0, 1], got '2'"),
+        (["--top-k", "0"], "argument --top-k: must be an integer >= 1, got '0'"),
+        (["--num-images", "0"], "argument --num-images: must be an integer from 1 to 64, got '0'"),
+        (["--num-images", "1000000000"], "argument --num-images: must be an integer from 1 to 64"),
+        (["--height", "0"], "argument --height: must be an integer from 1 to 16384, got '0'"),
+        (["--seed", "1.5"], "argument --seed: must be an integer from 0 to 9223372036854775807, got '1.5'"),
+        (["--seed", "nan"], "argument --seed: must be an integer"),
+        (["--seed", str(2**64)], "argument --seed: must be an integer from 0 to"),
+        (["--seed", str(2**63 - 1), "--num-images", "2"], "--seed + 1 < 2**63"),
+        (["--device", "bogus"], "argument --device: device 'bogus' is not a torch device"),
+        (["--out", "image.nope"], "--out must end in an image extension arjet can write"),
+        (["--out", "image.psd"], "--out must end in an image extension arjet can write"),
+        (["--out", "."], "--out '.' is a folder; give a file name"),
+        (["", "--out", "x.png"], "the prompt is empty"),
     ],
 )
 def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monkeypatch, capsys):
@@ -73,7 +90,29 @@ def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monk
 
     monkeypatch.setattr(generate, "load_pipeline", no_load)
     missing = tmp_path / "no-model-here"  # loading it would fail with a different error
-    code = cli.main(["generate", PROMPT, "--model", str(missing), *option])
+    prompt = [] if option[0] == "" else [PROMPT]
+    code = cli.main(["generate", *prompt, "--model", str(missing), *option])
     assert code == 2
     error = capsys.readouterr().err
     assert error.startswith("arjet generate: error: ") and message in error
+    assert "Traceback" not in error
+
+
+def test_output_paths_are_checked_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(generate, "load_pipeline", lambda args: pytest.fail("loaded before checking --out"))
+    (tmp_path / "file").write_text("")
+    cases = {
+        str(tmp_path / "file" / "x.png"): "is a file, so no folder can be made there",
+        str(tmp_path): "is a folder; give a file name",
+    }
+    for out, message in cases.items():
+        assert cli.main(["generate", PROMPT, "--out", out]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_a_missing_model_folder_is_named_before_any_load(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(generate, "load_pipeline", lambda args: pytest.fail("loaded a missing model"))
+    missing = tmp_path / "nowhere" / "model"
+    assert cli.main(["generate", PROMPT, "--model", str(missing), "--out", str(tmp_path / "x.png")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arjet generate: error: ") and str(missing) in error

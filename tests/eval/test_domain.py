@@ -67,7 +67,7 @@ def test_report_on_a_few_prompts(builtin_pipe, tmp_path):
 
 
 def test_report_refuses_more_prompts_than_the_held_out_set_has(builtin_pipe):
-    with pytest.raises(ValueError, match="n must be at most"):
+    with pytest.raises(ValueError, match=f"n must be an integer from 2 to {len(heldout_set()) // 2}"):
         domain_report(builtin_pipe, n=len(heldout_set()) // 2 + 1)
 
 

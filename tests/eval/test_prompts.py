@@ -54,7 +54,7 @@ def test_unknown_sets_bad_n_and_more_than_the_set_holds(tmp_path):
         load_prompts("imagenet")
     path = tmp_path / "p.txt"
     path.write_text("a red circle\n\n  a blue square  \n")
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
         load_prompts(str(path), n=0)
     with pytest.warns(UserWarning, match="asked for 5 prompts but .* has 2; using all of them"):
         assert load_prompts(str(path), n=5) == ["a red circle", "a blue square"]

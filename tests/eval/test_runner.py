@@ -137,7 +137,7 @@ def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, unin
     assert not (out / "metrics.json").exists()
     with open(out / "records" / "process-0.jsonl", "ab") as log:  # and a record cut short by the kill
         log.write(b'{"sampler": "sjd:window=4", "index": 1, "se')
-    stale = next((out / "images").rglob("*.png")).parent / ".0001.png.x1y2z3.tmp"  # an image cut short
+    stale = next((out / "images").rglob("*.png")).parent / ".0001.png.arjet-x1y2z3.tmp"  # an image cut short
     stale.write_bytes(b"\x89PNG")
     assert main(["eval", *eval_args(setup, out)]) == 0
     assert not stale.exists()

@@ -147,7 +147,7 @@ BAD_INPUTS = [
     (dict(guidance_scale=-2.0), "guidance_scale must be a finite number >= 0.*got -2.0"),
     (dict(guidance_scale=float("inf")), "guidance_scale must be a finite number >= 0.*got inf"),
     (dict(guidance_scale=float("nan")), "guidance_scale must be a finite number >= 0.*got nan"),
-    (dict(num_images_per_prompt=0), "num_images_per_prompt must be >= 1"),
+    (dict(num_images_per_prompt=0), "num_images_per_prompt must be an integer >= 1, got 0"),
     (dict(num_images_per_prompt=1.0), "num_images_per_prompt must be an integer >= 1, got 1.0"),
     (dict(height=7), "height"),
     (dict(width=7), "width"),

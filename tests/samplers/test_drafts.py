@@ -54,3 +54,60 @@ def test_every_scheme_is_known_and_others_are_refused():
     assert [check_scheme(s) for s in INIT_SCHEMES] == list(INIT_SCHEMES)
     with pytest.raises(ValueError, match="unknown draft init scheme 'spiral'"):
         check_scheme("spiral")
+
+
+def _sequential(scheme, cells, board, top1, u):
+    """The reference: guess one slot after the other, each guess written to the board before the next."""
+    board = board.clone()
+    guesses = []
+    for j, cell in enumerate(cells.tolist()):
+        guess = initial_draft(scheme, torch.tensor([cell]), board, top1, WIDTH, VOCAB, u[j : j + 1])
+        board[0, cell] = guess
+        guesses.append(int(guess[0]))
+    return guesses
+
+
+@pytest.mark.parametrize("scheme", INIT_SCHEMES)
+@pytest.mark.parametrize("first", [0, 1, 3])
+def test_filling_a_lane_at_once_equals_guessing_slot_by_slot(scheme, first):
+    """A lane of 7 slots from cell 5 on (a 4-wide grid, so slots see fresh slots above them as well as on
+    their left), the first `first` slots kept: the vectorised fill gives the sequential guesses."""
+    from arjet.samplers.drafts import fill_drafts
+
+    u = torch.rand(7, generator=torch.Generator().manual_seed(first), dtype=torch.float64)
+    cells = torch.arange(5, 12)
+    kept = torch.tensor([3, 1, 4, 1, 5, 9, 2])[:first]
+    board = torch.cat([BOARD[:, :5], torch.full((1, 7), -1)], 1)
+    board[0, 5 : 5 + first] = kept
+    drafts = torch.zeros(1, 1, 7, dtype=torch.long)
+    drafts[0, 0, :first] = kept
+    fresh = (torch.arange(7) >= first)[None, None]
+    guesses, drawn = fill_drafts(
+        scheme, drafts, fresh, cells[None, None], board, TOP1, WIDTH, VOCAB, u[None, None]
+    )
+    expected = kept.tolist() + _sequential(scheme, cells[first:], board, TOP1, u[first:])
+    assert guesses[0, 0].tolist() == expected
+    assert not drawn[0, 0, :first].any()
+    if scheme == "random":
+        assert drawn[0, 0, first:].all()
+
+
+def test_only_guesses_that_are_random_codes_are_declared_uniform():
+    from arjet.samplers.drafts import fill_drafts
+
+    # row 0 unknown: the first fresh slot has nothing on its left, so repeat_horizontal draws it at random and
+    # the slots after it repeat that code (point masses: their value follows from the one before)
+    board = torch.full((1, 12), -1)
+    u = torch.full((1, 1, 4), 0.55, dtype=torch.float64)
+    guesses, drawn = fill_drafts(
+        "repeat_horizontal",
+        torch.zeros(1, 1, 4, dtype=torch.long),
+        torch.ones(1, 1, 4, dtype=torch.bool),
+        torch.arange(0, 4)[None, None],
+        board,
+        None,
+        WIDTH,
+        VOCAB,
+        u,
+    )
+    assert guesses.tolist() == [[[5, 5, 5, 5]]] and drawn.tolist() == [[[True, False, False, False]]]

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import checks
+
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("app", help="serve the web demo")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument(
+        "--port", type=checks.int_type(1, 65535), default=7860, help="TCP port (default 7860)"
+    )
     parser.add_argument(
         "--model",
         action="append",
@@ -17,8 +21,24 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         help="built-in name or local checkpoint folder offered in the page; repeat for several "
         "(default: every built-in model)",
     )
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--max-queue", type=int, default=16, help="requests waiting beyond this are refused")
+    parser.add_argument(
+        "--device",
+        type=checks.device_type(),
+        default=None,
+        help="torch device (default: cuda if available, else cpu)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=checks.int_type(1, 10_000),
+        default=16,
+        help="requests waiting beyond this are refused (default 16)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=checks.float_type(0.0, exclusive_minimum=True),
+        default=60.0,
+        help="seconds of decoding per request; a longer one is stopped so the next can run (default 60)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -41,9 +61,10 @@ def model_choices(values: list[str] | None) -> dict[str, str] | None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from . import build_demo
+    from .ui import build_demo, serve
 
+    choices = model_choices(args.model)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    demo = build_demo(model_choices(args.model), device=device, max_queue=args.max_queue)
-    demo.launch(server_name=args.host, server_port=args.port, show_error=False)
+    demo = build_demo(choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit)
+    serve(demo, args.host, args.port)
     return 0

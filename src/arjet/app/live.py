@@ -2,7 +2,10 @@
 
 The pipeline's `callback_on_step_end` hands the committed codes over a queue; the consumer decodes at most
 one canvas per `min_interval` seconds (the newest step wins) so that a fast sampler is not slowed down by
-previews. Closing the stream (a visitor leaves) interrupts the decode at its next step.
+previews. Closing the stream (a visitor leaves) interrupts the decode at its next step, and so does passing
+the `deadline` (a time on `clock`): the stream then raises `TimeBudgetExceeded`, and the decode slot is free
+for the next request once the current step ends. Both rely on the pipeline calling `callback_on_step_end`
+after every sampler step and stopping when the callback sets `pipe._interrupt = True`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +21,10 @@ import PIL.Image
 import torch
 
 from ..pipelines.base import ARPipelineOutput
+
+
+class TimeBudgetExceeded(RuntimeError):
+    """A decode was stopped because it ran past its deadline."""
 
 
 @dataclass
@@ -31,15 +38,27 @@ class Frame:
 
 
 def stream_decode(
-    pipe: Any, prompt: str, sampler: Any, min_interval: float = 0.2, **kwargs: Any
+    pipe: Any,
+    prompt: str,
+    sampler: Any,
+    min_interval: float = 0.2,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    **kwargs: Any,
 ) -> Iterator[Frame]:
-    """Frames of one image decoded by `pipe(prompt, sampler=sampler, **kwargs)`, the last with its output."""
+    """Frames of one image decoded by `pipe(prompt, sampler=sampler, **kwargs)`, the last with its output.
+    Past `deadline` (compared with `clock()` after every step) the decode stops and `TimeBudgetExceeded`
+    is raised instead of the last frame."""
     updates: queue.Queue = queue.Queue()
     stop = threading.Event()
+    timed_out = threading.Event()
 
     def on_step(pipeline, step, forward_passes, tensors):
         updates.put(("step", tensors["codes"][0]))
-        if stop.is_set():
+        if deadline is not None and clock() > deadline:
+            timed_out.set()
+        if stop.is_set() or timed_out.is_set():
             pipeline._interrupt = True
         return {}
 
@@ -65,6 +84,8 @@ def stream_decode(
                 yield _frame(pipe, payload)
             elif kind == "error":
                 raise payload
+            elif timed_out.is_set():
+                raise TimeBudgetExceeded("the decode ran past its time budget and was stopped")
             else:
                 codes = payload.codes[0]
                 yield Frame(payload.images[0], codes.numel(), codes.numel(), payload)

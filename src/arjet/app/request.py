@@ -1,15 +1,24 @@
-"""What a page visitor may ask for, checked before any model work: every bad value gets one readable line."""
+"""What a page visitor may ask for, checked before any model work: every bad value gets one readable line.
+
+The demo is stricter than the library: short prompts, seeds below 2**31, bounded sampling numbers, and
+sampler options typed by the registry's schema and capped at `MAX_OPTION_VALUES` (a visitor's window of
+200000 would otherwise hold the one decode slot for minutes). The pipelines themselves run with
+`arjet.limits.DEMO_LIMITS`, and every request has a time budget (`arjet app --time-limit`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .. import samplers
+from .. import checks, samplers
 
 MAX_PROMPT_CHARS = 300
+MAX_OPTIONS_CHARS = 200
 MAX_SEED = 2**31 - 1
 LIMITS = {"guidance_scale": (0.0, 20.0), "temperature": (0.0, 5.0), "top_k": (0, 1_000_000)}
+# the largest value of each size option a visitor may pick (windows, lags, neighbours, levels)
+MAX_OPTION_VALUES = {"window": 64, "w": 64, "k": 64, "top": 16, "levels": 16}
 
 
 @dataclass(frozen=True)
@@ -53,11 +62,15 @@ def make_request(
         raise ValueError("The prompt is empty: describe an image, e.g. 'a red circle left of a blue square'.")
     if len(prompt) > max_prompt_chars:
         raise ValueError(f"The prompt has {len(prompt)} characters; at most {max_prompt_chars} are allowed.")
-    if sampler not in samplers.available():
+    if not isinstance(sampler, str) or sampler not in samplers.available():
         raise ValueError(f"Unknown sampler {sampler!r}; choose one of {', '.join(samplers.available())}.")
-    spec = sampler_spec(sampler, options if isinstance(options, str) else "")
+    options = options if isinstance(options, str) else ""
+    if len(options) > MAX_OPTIONS_CHARS:
+        raise ValueError(f"The sampler options have {len(options)} characters; at most {MAX_OPTIONS_CHARS}.")
+    spec = sampler_spec(sampler, options)
     try:
         samplers.get(spec)
+        _check_demo_options(sampler, spec.partition(":")[2])
     except ValueError as error:
         raise ValueError(f"Bad sampler options {options!r}: {error}") from None
     seed = _integer("seed", seed, 0, MAX_SEED)
@@ -69,15 +82,23 @@ def make_request(
     return DecodeRequest(prompt.strip(), spec, seed, top_k=top_k, **values)
 
 
+def _check_demo_options(sampler: str, options: str) -> None:
+    """Each size option within `MAX_OPTION_VALUES` (the registry has already checked types and ranges)."""
+    if not options:
+        return
+    values = samplers.parse_options(options, samplers.options(sampler))
+    for name, value in values.items():
+        cap = MAX_OPTION_VALUES.get(name)
+        if cap is not None and value is not None and value > cap:
+            raise ValueError(f"{name}={value} is above this demo's limit of {cap}")
+
+
 def _number(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}.")
-    return float(value)
+    return checks.number(name, value, low, high)
 
 
 def _integer(name: str, value: Any, low: int, high: int) -> int:
+    """A whole number; the page's number fields send `7.0` for 7."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}.")
-    return value
+    return checks.integer(name, value, low, high)

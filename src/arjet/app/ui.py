@@ -3,6 +3,11 @@
 Two actions share one queue slot (`concurrency_id="decode"`, one decode at a time: one GPU) and a bounded
 queue: *Generate* streams the chosen sampler; *Compare with ar* runs the same prompt and seed with the chosen
 sampler and then with `ar`, side by side. Every bad input becomes a `gr.Error` shown in the page.
+
+Nothing a visitor sends can hold the slot for long: requests are checked against the demo's limits
+(`request.py`, and `arjet.limits.DEMO_LIMITS` on every pipeline), each request has a time budget
+(`time_limit` seconds of decoding, both runs of a comparison together) after which it is stopped and the
+next one runs, and `serve` refuses every file upload (the page takes none).
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import io
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
@@ -18,14 +24,17 @@ import PIL.Image
 
 from .. import samplers
 from ..builtin import available_models, load_model
+from ..limits import DEMO_LIMITS
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
 from ..reports.plots import commit_step_maps
-from .live import stream_decode
+from .live import TimeBudgetExceeded, stream_decode
 from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
 
 logger = logging.getLogger(__name__)
 DISPLAY_SIZE = 320
+TIME_LIMIT = 60.0  # seconds of decoding per request
+MAX_UPLOAD_BYTES = 0  # the page takes no files; Gradio's upload route refuses any non-empty one
 EXAMPLES = [
     "a red circle left of a blue square",
     "three green triangles",
@@ -62,6 +71,7 @@ class ModelShelf:
                 if self.device:
                     pipe = pipe.to(self.device)
                 pipe.set_progress_bar_config(disable=True)
+                pipe.limits = DEMO_LIMITS
                 self._loaded[label] = pipe
             return self._loaded[label]
 
@@ -75,12 +85,17 @@ def build_demo(
     device: str | None = None,
     max_prompt_chars: int = MAX_PROMPT_CHARS,
     max_queue: int = 16,
+    time_limit: float | None = TIME_LIMIT,
+    clock: Callable[[], float] = time.monotonic,
 ) -> gr.Blocks:
-    """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins)."""
+    """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins).
+    `time_limit`: seconds of decoding a request may take before it is stopped (None: no limit), measured
+    with `clock`."""
     shelf = ModelShelf(models or default_models(), device)
     names = samplers.available()
+    budget = Budget(time_limit, clock)
 
-    decode, compare = (_handler(shelf, with_ar, max_prompt_chars) for with_ar in (False, True))
+    decode, compare = (_handler(shelf, with_ar, max_prompt_chars, budget) for with_ar in (False, True))
 
     with gr.Blocks(title="arjet: parallel decoding for AR image models") as demo:
         gr.Markdown(
@@ -95,7 +110,7 @@ def build_demo(
                 options = gr.Textbox(
                     label="Sampler options",
                     placeholder=OPTION_HINTS["sjd"],
-                    info="key=value, comma separated",
+                    info=_options_info("sjd"),
                 )
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
@@ -118,7 +133,7 @@ def build_demo(
                 stats = gr.Markdown("Press **Generate**.", label="stats", elem_id="stats")
                 heat = gr.Image(label="Commit-step map", type="pil", format="png", elem_id="heat-map")
         sampler.change(
-            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, "")),
+            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, ""), info=_options_info(name)),
             sampler,
             options,
             queue=False,
@@ -136,17 +151,39 @@ def build_demo(
     return demo
 
 
-def _handler(shelf: ModelShelf, with_ar: bool, max_chars: int):
+def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, **launch: Any):
+    """`demo.launch` with the demo's safe settings: loopback by default, no uploads, no tracebacks shown."""
+    return demo.launch(
+        server_name=host, server_port=port, max_file_size=MAX_UPLOAD_BYTES, show_error=False, **launch
+    )
+
+
+class Budget:
+    """The time budget of one request: `deadline()` when its decoding starts, on `clock`."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {seconds!r}")
+        self.seconds = seconds
+        self.clock = clock
+
+    def deadline(self) -> float | None:
+        return None if self.seconds is None else self.clock() + self.seconds
+
+
+def _handler(shelf: ModelShelf, with_ar: bool, max_chars: int, budget: Budget):
     """The event function (Gradio reads its signature: eight inputs, then the progress tracker)."""
 
     def handle(model, prompt, sampler, options, seed, guidance, temperature, top_k, progress=gr.Progress()):
         inputs = (prompt, sampler, options, seed, guidance, temperature, top_k)
-        yield from _run(shelf, model, inputs, with_ar, progress, max_chars)
+        yield from _run(shelf, model, inputs, with_ar, progress, max_chars, budget)
 
     return handle
 
 
-def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, max_chars: int):
+def _run(
+    shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, max_chars: int, budget: Budget
+):
     try:
         request = make_request(*inputs, max_prompt_chars=max_chars)
         pipe = shelf.get(model)
@@ -158,14 +195,23 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
     runs = [request.sampler] + (["ar"] if with_ar and request.sampler != "ar" else [])  # ar once is enough
     shown: list[PIL.Image.Image | None] = [None, None]
     outputs: dict[str, ARPipelineOutput] = {}
+    deadline = budget.deadline()
     try:
         for index, spec in enumerate(runs):
-            for frame in _frames(pipe, request, spec):
+            for frame in _frames(pipe, request, spec, deadline, budget.clock):
                 progress(frame.decoded / frame.total, desc=f"{spec}: {frame.decoded}/{frame.total} codes")
                 shown[index] = _enlarge(frame.canvas)
                 if frame.output is not None:
                     outputs[spec] = frame.output
                 yield *shown, None, f"**{spec}**: {frame.decoded} / {frame.total} codes decoded"
+    except TimeBudgetExceeded:
+        logger.info(
+            "request %r with %s stopped after its time budget of %s s", request.prompt, runs, budget.seconds
+        )
+        raise gr.Error(
+            f"This request ran past the demo's time budget of {budget.seconds:g} s and was stopped so that the "
+            "next one can run; try a smaller window, another sampler or fewer comparisons."
+        ) from None
     except ValueError as error:  # e.g. a sampler that needs a fine-tuned model (sjd2)
         raise gr.Error(str(error)) from None
     except Exception as error:  # the page gets a readable line, the operator the traceback
@@ -178,6 +224,14 @@ def _run(shelf: ModelShelf, model: str, inputs: tuple, with_ar: bool, progress, 
     )
 
 
+def _options_info(sampler: str) -> str:
+    """The chosen sampler's options, from the registry's schema."""
+    if sampler not in samplers.available():
+        return "key=value, comma separated"
+    names = [option.name for option in samplers.options(sampler)]
+    return "key=value, comma separated; " + (f"options: {', '.join(names)}" if names else "no options")
+
+
 def _unknown_words_notice(pipe, prompt: str) -> str:
     words = unknown_words(pipe.tokenizer, prompt)
     if not words:
@@ -185,8 +239,10 @@ def _unknown_words_notice(pipe, prompt: str) -> str:
     return f"The model does not know {', '.join(map(repr, words))}; it reads each as its unknown token."
 
 
-def _frames(pipe, request: DecodeRequest, spec: str):
-    return stream_decode(pipe, request.prompt, spec, **request.pipeline_kwargs())
+def _frames(pipe, request: DecodeRequest, spec: str, deadline: float | None = None, clock=time.monotonic):
+    return stream_decode(
+        pipe, request.prompt, spec, deadline=deadline, clock=clock, **request.pipeline_kwargs()
+    )
 
 
 def _enlarge(image: PIL.Image.Image) -> PIL.Image.Image:

@@ -1,4 +1,9 @@
-"""Options shared by the commands that load a pipeline: model, device, dtype, sampler settings."""
+"""Options shared by the commands that load a pipeline: model, device, dtype, sampler settings.
+
+Every option is typed and bounded at parse time (`arjet.checks`), and `check_model_arguments` /
+`check_sampling_arguments` finish the checks that need no model, so a bad command line fails in a moment
+with `arjet CMD: error: ...`, never after a slow load.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,24 @@ from typing import Any
 
 import torch
 
+from .. import checks
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_SIDE = 16_384  # pixels; far above any supported model's size (each family checks its own sizes)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="built-in model name, local checkpoint folder or hub id (default: built-in)",
+        help="built-in model name, local checkpoint folder or hub id in the local cache (default: built-in)",
     )
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument(
+        "--device",
+        type=checks.device_type(),
+        default=None,
+        help="torch device (default: cuda if available, else cpu)",
+    )
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default=None, help="model dtype (default: the checkpoint's)"
     )
@@ -24,11 +37,36 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--guidance-scale", type=float, default=None, help="CFG scale (default: the family's)"
+        "--guidance-scale",
+        type=checks.float_type(0.0),
+        default=None,
+        help="CFG scale (default: the family's)",
     )
-    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    parser.add_argument("--top-k", type=int, default=None, help="default: the family's")
-    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--temperature", type=checks.float_type(0.0), default=1.0, help="0 = greedy")
+    parser.add_argument("--top-k", type=checks.int_type(1), default=None, help="default: the family's")
+    parser.add_argument(
+        "--top-p", type=checks.float_type(0.0, 1.0, exclusive_minimum=True), default=None, help="in (0, 1]"
+    )
+
+
+def add_size_arguments(parser: argparse.ArgumentParser) -> None:
+    for name in ("height", "width"):
+        parser.add_argument(
+            f"--{name}",
+            type=checks.int_type(1, MAX_SIDE),
+            default=None,
+            help=f"image {name} in pixels (default: the model's)",
+        )
+
+
+def check_model_arguments(args: argparse.Namespace) -> str:
+    """The checkpoint folder `--model` names (a built-in name, a folder, or a hub id already in the local
+    Hugging Face cache), found without loading anything or using the network; FileNotFoundError naming
+    the path otherwise."""
+    from ..builtin import resolve_model
+    from ..pipelines.loading import resolve_checkpoint
+
+    return str(resolve_checkpoint(resolve_model(args.model)))
 
 
 def check_sampling_arguments(args: argparse.Namespace, sampler_spec: str):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-import PIL.Image
-
+from .. import checks
+from ..limits import DEFAULT_LIMITS
 from .common import (
     add_model_arguments,
     add_sampling_arguments,
+    add_size_arguments,
+    check_model_arguments,
     check_sampling_arguments,
     load_pipeline,
     sampling_kwargs,
@@ -27,10 +28,16 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         help="sampler name, optionally with options: 'sjd' or 'sjd:window=32,init=random' "
         "(see `arjet.samplers.available()`)",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-images", type=int, default=1, help="images for the prompt, saved as one grid")
-    parser.add_argument("--height", type=int, default=None)
-    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument(
+        "--seed", type=checks.int_type(0, checks.SEED_LIMIT - 1), default=0, help="image i uses seed + i"
+    )
+    parser.add_argument(
+        "--num-images",
+        type=checks.int_type(1, DEFAULT_LIMITS.max_images_per_call),
+        default=1,
+        help=f"images for the prompt, saved as one grid (at most {DEFAULT_LIMITS.max_images_per_call})",
+    )
+    add_size_arguments(parser)
     add_sampling_arguments(parser)
     parser.add_argument("--out", default="out.png", help="output image file (default: out.png)")
     parser.add_argument("--json", action="store_true", help="print the decoding stats as JSON")
@@ -41,16 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from ..reports.grid import image_grid
 
     # every check that needs no model runs first, so a typo fails before a slow load
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty: describe an image, e.g. 'a red circle left of a blue square'")
+    if len(args.prompt) > DEFAULT_LIMITS.max_prompt_chars:
+        raise ValueError(
+            f"the prompt has {len(args.prompt)} characters, more than {DEFAULT_LIMITS.max_prompt_chars}"
+        )
     sampler = check_sampling_arguments(args, args.sampler)
-    if args.num_images < 1:
-        raise ValueError(f"--num-images must be >= 1, got {args.num_images}")
-    for name in ("height", "width"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise ValueError(f"--{name} must be a positive number of pixels, got {value}")
-    path = Path(args.out)
-    if path.suffix.lower() not in PIL.Image.registered_extensions():
-        raise ValueError(f"--out must end in an image extension such as .png or .jpg, got {args.out!r}")
+    checks.seed("--seed", args.seed, args.num_images)
+    path = checks.output_file("--out", args.out, image=True)
+    check_model_arguments(args)
     pipe = load_pipeline(args)
     out = pipe(
         args.prompt,

@@ -21,9 +21,12 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..commands.common import add_model_arguments, add_sampling_arguments
+from .. import checks
+from ..commands.common import add_model_arguments, add_sampling_arguments, add_size_arguments
+from ..limits import DEFAULT_LIMITS
 
 DEFAULT_SAMPLERS = "ar,sjd,zipar"
+MAX_SEEDS = 1000  # seeds per run (each one is a full pass over the prompts for every sampler)
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -47,17 +50,25 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         help="prompt set (parti, geneval, drawbench, coco5k, coco30k, dpg, shapes) or a .txt/.tsv/.csv/.jsonl "
         "file (default: shapes, the built-in domain's held-out set)",
     )
-    parser.add_argument("--n", type=int, default=None, help="first N prompts of the set (default: all)")
     parser.add_argument(
-        "--seeds", default="0", help="seeds, e.g. '0' or '0,1,2' or '0-3'; prompt i uses seed + i"
+        "--n", type=checks.int_type(1), default=None, help="first N prompts of the set (default: all)"
+    )
+    parser.add_argument(
+        "--seeds",
+        default="0",
+        help=f"seeds, e.g. '0' or '0,1,2' or '0-3' (at most {MAX_SEEDS}); prompt i uses seed + i",
     )
     parser.add_argument("--out", required=True, help="run folder: images, records, metrics, report, plots")
     parser.add_argument(
         "--data-dir", default=None, help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)"
     )
-    parser.add_argument("--batch-size", type=int, default=1, help="images per pipeline call (default 1)")
-    parser.add_argument("--height", type=int, default=None)
-    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument(
+        "--batch-size",
+        type=checks.int_type(1, DEFAULT_LIMITS.max_images_per_call),
+        default=1,
+        help="images per pipeline call (default 1)",
+    )
+    add_size_arguments(parser)
     add_sampling_arguments(parser)
     parser.add_argument(
         "--fid-features",
@@ -80,27 +91,47 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="cache of reference statistics (default ~/.cache/arjet/fid-reference)",
     )
-    parser.add_argument("--metric-batch-size", type=int, default=32, help="images per feature/CLIP batch")
-    parser.add_argument("--grid-prompts", type=int, default=4, help="prompts (rows) in the image grid plot")
+    parser.add_argument(
+        "--metric-batch-size",
+        type=checks.int_type(1, 4096),
+        default=32,
+        help="images per feature/CLIP batch (default 32)",
+    )
+    parser.add_argument(
+        "--grid-prompts",
+        type=checks.int_type(1, 64),
+        default=4,
+        help="prompts (rows) in the image grid plot (default 4)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
 
 
-def parse_seeds(text: str) -> list[int]:
-    """'0', '0,1,2', '0-3' or a mix ('0-2,10') -> distinct seeds in order."""
-    seeds: list[int] = []
+def parse_seeds(text: str, limit: int = MAX_SEEDS) -> list[int]:
+    """'0', '0,1,2', '0-3' or a mix ('0-2,10') -> distinct seeds in order: integers `0 <= seed < 2**63`, at
+    most `limit` of them (counted before any list is built, so `0-1000000000` fails at once)."""
+    ranges: list[range] = []
+    count = 0
     for piece in (p.strip() for p in text.split(",") if p.strip()):
         first, dash, last = piece.partition("-")
         try:
-            values = range(int(first), int(last) + 1) if dash else [int(first)]
+            low = int(first)
+            high = int(last) if dash else low
         except ValueError:
             raise ValueError(
                 f"--seeds takes integers >= 0 like '0', '0,1,2' or '0-3', got {text!r}"
             ) from None
-        seeds.extend(values)
-    if not seeds:
+        if not 0 <= low <= high < checks.SEED_LIMIT:
+            raise ValueError(
+                f"--seeds takes integers from 0 to 2**63 - 1 and ranges low-high with low <= high, got {piece!r}"
+            )
+        count += high - low + 1
+        if count > limit:
+            raise ValueError(f"--seeds {text!r} lists more than {limit} seeds; use at most {limit} per run")
+        ranges.append(range(low, high + 1))
+    if not ranges:
         raise ValueError(f"--seeds lists no seed: {text!r}")
-    return list(dict.fromkeys(seeds))
+    return list(dict.fromkeys(seed for values in ranges for seed in values))
 
 
 def canonical_command(args: argparse.Namespace) -> str:
@@ -133,19 +164,22 @@ def _optional(spec: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from .. import samplers
     from ..builtin import DEFAULT_MODEL, available_models
+    from ..commands.common import check_model_arguments
+    from ..pipelines.base import check_sampling_options
     from .prompts import PROMPT_SETS, load_prompts
     from .reference import reference_source
     from .runner import join_processes, run_eval
     from .scoring import MetricOptions
     from .settings import EvalSettings
 
-    # 1. everything the user typed, checked before anything is loaded
-    specs = samplers.parse_specs(args.samplers, args.sampler)
-    for spec in specs:
-        samplers.get(spec)
+    # 1. everything the user typed, checked before anything is loaded or written
+    specs = samplers.parse_specs(args.samplers, args.sampler)  # checks every spec
     seeds = parse_seeds(args.seeds)
-    if any(seed < 0 for seed in seeds):
-        raise ValueError(f"--seeds must be >= 0, got {args.seeds!r}")
+    check_sampling_options(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+    checks.output_dir("--out", args.out)
+    if args.stats_cache:
+        checks.output_dir("--stats-cache", args.stats_cache)
+    check_model_arguments(args)
     state = join_processes(args.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -153,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     if state.is_main_process:
         for warning in caught:
             print(f"arjet eval: note: {warning.message}", file=sys.stderr)
+    for seed in seeds:
+        checks.seed("--seeds", seed, len(prompts))  # prompt i uses seed + i
     prompt_source = args.prompts
     if args.prompts not in PROMPT_SETS and Path(args.prompts).expanduser().is_file():
         prompt_source = str(Path(args.prompts).expanduser().resolve())

@@ -11,6 +11,12 @@ A CLIP folder is what open_clip itself reads with `local-dir:` (and what `save_o
 `open_clip_config.json` = `{"model_cfg": {embed_dim, vision_cfg, text_cfg, ...}, "preprocess_cfg": {...}}`
 and `open_clip_model.safetensors` (the state dict), plus tokenizer files when `text_cfg.hf_tokenizer_name`
 is set (otherwise open_clip's bundled BPE tokenizer is used). A custom architecture needs no registration.
+
+Weights are tensors only: a folder's `open_clip_model.safetensors` (no other file in it is read), an
+open_clip weights file as safetensors or a torch state dict read with `weights_only=True` (a pickle holding
+other objects is refused, never run). Architectures whose text tower or tokenizer comes from the Hugging
+Face hub (`hf_model_name`, `hf_tokenizer_name`, SigLIP's tokenizers) are refused by name, since loading them
+would go to the network; put such a model in a CLIP folder with its tokenizer files instead.
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..weights import load_tensors
+
 DOMAIN_CLIP_VARIABLE = "ARJET_DOMAIN_CLIP"
 DOMAIN_CLIP_FOLDER = "shapes-clip"
 CONFIG_FILE = "open_clip_config.json"
 WEIGHTS_FILE = "open_clip_model.safetensors"
 CLIP_SPECS = "domain, domain:<folder>, open_clip:<model name>:<weights file>"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+OPEN_CLIP_PROVIDE = "provide the model's weights as .safetensors or as a torch state dict of tensors"
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,25 @@ class ClipSource:
                     f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
                     f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
                 )
-        elif not self.path.is_file():
-            raise FileNotFoundError(
-                f"open_clip weights file {self.path} for {self.name!r} not found: put the checkpoint of {self.name} "
-                "there (arjet never downloads) or pass another path in open_clip:<model name>:<weights file>"
-            )
+            config = _folder_config(self.path)
+            _refuse_hub_parts(config, f"the CLIP folder {self.path}")
+            if config.get("text_cfg", {}).get("hf_tokenizer_name") is not None and not any(
+                (self.path / name).is_file() for name in TOKENIZER_FILES
+            ):
+                raise FileNotFoundError(
+                    f"CLIP folder {self.path} names a Hugging Face tokenizer but holds no tokenizer files "
+                    f"({', '.join(TOKENIZER_FILES)}); save the tokenizer into the folder (arjet never downloads)"
+                )
+            _check_safetensors(self.path / WEIGHTS_FILE)
+        else:
+            if not self.path.is_file():
+                raise FileNotFoundError(
+                    f"open_clip weights file {self.path} for {self.name!r} not found: put the checkpoint of "
+                    f"{self.name} there (arjet never downloads) or pass another path in "
+                    "open_clip:<model name>:<weights file>"
+                )
+            _check_open_clip_name(self.name)
+            load_tensors(self.path, "open_clip weights", OPEN_CLIP_PROVIDE)
 
     @property
     def key(self) -> str:
@@ -142,16 +166,69 @@ def load_clip(spec: str, device: torch.device | str = "cpu") -> OpenCLIP:
 
 
 def _load(source: ClipSource) -> OpenCLIP:
+    """The model built from its config without weights, then given the checked weights file's tensors."""
     import open_clip
 
-    if source.kind == "folder":
-        name = f"local-dir:{source.path}"
-        model = open_clip.create_model(name)
-        return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
-    if source.name not in open_clip.list_models():
-        raise ValueError(f"unknown open_clip model {source.name!r}; see open_clip.list_models()")
-    model = open_clip.create_model(source.name, pretrained=str(source.path))
-    return OpenCLIP(model, open_clip.get_tokenizer(source.name), source.key)
+    name = f"local-dir:{source.path}" if source.kind == "folder" else source.name
+    weights = source.path / WEIGHTS_FILE if source.kind == "folder" else source.path
+    model = open_clip.create_model(name, load_weights=False, pretrained_text=False)
+    try:
+        open_clip.load_checkpoint(model, str(weights), weights_only=True)
+    except Exception as error:  # pickle refusals, malformed files, tensors that do not fit the architecture
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"cannot load {weights} into {name} ({reason}); {OPEN_CLIP_PROVIDE}") from None
+    return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
+
+
+def _folder_config(folder: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["model_cfg"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{folder / CONFIG_FILE} is not an open_clip config with a model_cfg ({error})"
+        ) from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder / CONFIG_FILE}: model_cfg must be an object")
+    return config
+
+
+def _check_open_clip_name(name: str) -> None:
+    import open_clip
+
+    if name not in open_clip.list_models():
+        raise ValueError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
+    if "siglip" in name.lower():
+        raise ValueError(
+            f"open_clip model {name!r} uses a SigLIP tokenizer that open_clip fetches from the Hugging Face hub; "
+            "arjet does not go to the network: use a CLIP folder (domain:<folder>) with the tokenizer files in it"
+        )
+    _refuse_hub_parts(open_clip.get_model_config(name) or {}, f"open_clip model {name!r}")
+
+
+def _refuse_hub_parts(config: dict[str, Any], what: str) -> None:
+    text = config.get("text_cfg", {})
+    if isinstance(text, dict) and text.get("hf_model_name"):
+        raise ValueError(
+            f"{what} builds its text tower from the Hugging Face hub model {text['hf_model_name']!r}, which would "
+            "go to the network; arjet loads CLIP models from local files only"
+        )
+    if what.startswith("open_clip model") and isinstance(text, dict) and text.get("hf_tokenizer_name"):
+        raise ValueError(
+            f"{what} uses the Hugging Face tokenizer {text['hf_tokenizer_name']!r}, which open_clip would fetch "
+            "from the hub; use a CLIP folder (domain:<folder>) with the tokenizer files in it instead"
+        )
+
+
+def _check_safetensors(path: Path) -> None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            handle.keys()
+    except Exception as error:  # SafetensorError for anything that is not a safetensors file
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({error}); {OPEN_CLIP_PROVIDE}"
+        ) from None
 
 
 def save_open_clip_folder(

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import checks
 from ..data import COLORS, NUMBERS, SHAPES, Scene, heldout_set, render_reference, to_tensor
 from .clip import OpenCLIP, load_clip
 from .features import load_feature_network
@@ -123,9 +124,9 @@ def domain_report(
     `grid`: also save the first `grid_rows` prompts' reference, reconstruction and generated image there."""
     from tqdm.auto import tqdm
 
+    check_report_size(n)
+    checks.integer("batch", batch, 1, pipe.limits.max_images_per_call)
     items = heldout_set(2 * n)
-    if len(items) < 2 * n:
-        raise ValueError(f"the held-out set has {len(items)} prompts; n must be at most {len(items) // 2}")
     first, second = items[:n], items[n : 2 * n]
     size = pipe.default_size()[0]
     scenes = [Scene.from_dict(item["scene"]) for item in first]
@@ -165,6 +166,13 @@ def domain_report(
     return report
 
 
+def check_report_size(n: Any) -> int:
+    """`n` held-out prompts: at least 2 (FID needs two images) and at most half the held-out set (the other
+    half gives the FID floor)."""
+    largest = len(heldout_set()) // 2
+    return checks.integer("n", n, 2, largest)
+
+
 def _save_grid(path: Path, sets: dict[str, list], prompts: list[str], sampler: str) -> None:
     from ..reports.plots import comparison_grid
 
@@ -184,11 +192,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser("domain-report", help="quality of the built-in shapes model (domain CLIP)")
     add_model_arguments(parser)
-    parser.add_argument("--n", type=int, default=500, help="held-out prompts (references: 2n)")
+    parser.add_argument(
+        "--n", type=checks.int_type(2), default=500, help="held-out prompts, 2 to 500 (references: 2n)"
+    )
     parser.add_argument("--sampler", default="ar")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=checks.int_type(0, checks.SEED_LIMIT - 1), default=0)
     add_sampling_arguments(parser)
-    parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too (.json)")
     parser.add_argument(
         "--grid",
         default=None,
@@ -198,19 +208,31 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.common import load_pipeline, sampling_kwargs
+    from ..commands.common import (
+        check_model_arguments,
+        check_sampling_arguments,
+        load_pipeline,
+        sampling_kwargs,
+    )
 
+    # every check that needs no model first: a typo fails before the load and the generation
+    n = check_report_size(args.n)
+    check_sampling_arguments(args, args.sampler)
+    checks.seed("--seed", args.seed, n)
+    json_out = checks.output_file("--json", args.json_out, suffixes=(".json",)) if args.json_out else None
+    grid = checks.output_file("--grid", args.grid, image=True) if args.grid else None
+    check_model_arguments(args)
     report = domain_report(
         load_pipeline(args),
-        n=args.n,
+        n=n,
         sampler=args.sampler,
         seed=args.seed,
-        grid=args.grid,
+        grid=grid,
         **sampling_kwargs(args),
     )
     for key, value in report.items():
         print(f"{key:40s} {value:.4f}" if isinstance(value, float) else f"{key:40s} {value}")
-    if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report, indent=2))
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2))
     return 0

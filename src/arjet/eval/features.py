@@ -6,7 +6,9 @@ reused across networks. Specs:
 
 - `inception` / `inception:<weights file>` — the standard FID network: torch-fidelity's InceptionV3 (what
   torchmetrics uses), pool features (2048), from the local file `weights-inception-2015-12-05-6726825d.pth`
-  (the path after the colon, else `$ARJET_INCEPTION_WEIGHTS`). Needs `pip install torch-fidelity`.
+  (the path after the colon, else `$ARJET_INCEPTION_WEIGHTS`), or a `.safetensors` file of the same tensors.
+  The file is read as tensors only (`arjet.weights`): a pickle holding other objects is refused, never run.
+  Needs `pip install torch-fidelity`.
 - `open_clip:<model name>:<weights file>` — the image tower of any open_clip model.
 - `domain` / `domain:<folder>` — the image tower of the built-in domain CLIP (see `arjet.eval.clip`).
 
@@ -18,17 +20,22 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..weights import load_tensors
 from .clip import OpenCLIP, load_clip, parse_clip_spec
 
 INCEPTION_VARIABLE = "ARJET_INCEPTION_WEIGHTS"
 INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
 INCEPTION_URL = f"https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/{INCEPTION_FILE}"
+INCEPTION_PROVIDE = (
+    f"provide torch-fidelity's {INCEPTION_FILE} (from {INCEPTION_URL}) or a .safetensors file of its tensors"
+)
 
 
 class FeatureNetwork(torch.nn.Module):
@@ -60,9 +67,23 @@ class InceptionFeatures(FeatureNetwork):
         super().__init__()
         from torchmetrics.image.fid import NoTrainInceptionV3
 
-        self.net = NoTrainInceptionV3(
-            name="inception-v3-compat", features_list=["2048"], feature_extractor_weights_path=str(weights)
-        )
+        state = inception_state_dict(weights)
+        # torch-fidelity reads its weights with torch.load(weights_only=False): hand it only a file of the
+        # tensors just checked, written by this process into a private folder
+        with tempfile.TemporaryDirectory(prefix="arjet-inception-") as folder:
+            checked = Path(folder) / "inception.pth"
+            torch.save(state, checked)
+            try:
+                self.net = NoTrainInceptionV3(
+                    name="inception-v3-compat",
+                    features_list=["2048"],
+                    feature_extractor_weights_path=str(checked),
+                )
+            except RuntimeError as error:  # load_state_dict: missing / unexpected / mis-shaped tensors
+                raise ValueError(
+                    f"{weights} does not hold the FID Inception weights ({str(error).splitlines()[0]}); "
+                    f"{INCEPTION_PROVIDE}"
+                ) from None
         self.num_features = 2048
         stat = weights.stat()
         self.key = f"inception:{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
@@ -119,7 +140,13 @@ def _inception_weights(argument: str) -> Path:
     return Path(chosen).expanduser()
 
 
+def inception_state_dict(weights: Path) -> dict[str, torch.Tensor]:
+    """The Inception tensors in `weights` (safetensors, or a torch file read with weights_only=True)."""
+    return load_tensors(weights, "inception weights", INCEPTION_PROVIDE)
+
+
 def _check_inception(argument: str) -> None:
+    """Before any image is generated: torch-fidelity is there and the weights file is tensors only."""
     if importlib.util.find_spec("torch_fidelity") is None:
         raise ValueError(
             "inception features need torch-fidelity (torchmetrics' InceptionV3): pip install torch-fidelity"
@@ -130,6 +157,7 @@ def _check_inception(argument: str) -> None:
             f"inception weights file {weights} not found: put {INCEPTION_FILE} (from {INCEPTION_URL}) there, "
             f"or pass inception:<path> / set {INCEPTION_VARIABLE}"
         )
+    inception_state_dict(weights)
 
 
 def _clip_scheme(scheme: str, usage: str) -> FeatureScheme:

@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import checks
+
 PROMPTS_DIR_VARIABLE = "ARJET_PROMPTS_DIR"
 
 
@@ -79,8 +81,7 @@ def load_prompts(
 ) -> list[str]:
     """The first `n` prompts (all when None) of a named set or a prompt file. Asking for more prompts than
     the set holds warns and returns them all."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"n must be a positive integer or None, got {n!r}")
+    checks.optional_integer("n", n, 1)
     if name_or_file in BUILTIN_SETS:
         from ..data import heldout_set
 

@@ -45,7 +45,7 @@ class RecordLog:
 
     def append(self, record: dict[str, Any]) -> None:
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask applies
         try:
             os.write(descriptor, line)
             os.fsync(descriptor)

@@ -1,9 +1,12 @@
 """The evaluation runner: every (sampler, prompt, seed) image exactly once, resumable and sharded.
 
 Steps of `run_eval`:
-1. check everything that could fail late (sampler specs, metric files, reference images) before any work;
+1. check everything that could fail late (sampler specs, sampling numbers, metric files, reference images)
+   before any work;
 2. join the processes (Accelerate's `PartialState`: one process, or one per rank under `accelerate launch`
-   / `torchrun`) and check `OUT/config.json` (same settings: resume; other settings: refuse);
+   / `torchrun`) and check `OUT` (a new or empty folder, or a run with the same settings to resume; anything
+   else is refused); load the pipeline and run its input checks on every sampler and prompt; only then is
+   `OUT/config.json` written, so a failed start leaves nothing that blocks the corrected command;
 3. per sampler (`ar` first, so the others' summary lines can give ratios), the images not yet recorded
    are split between the processes; each image is saved (atomically), then its record appended; after
    each sampler the processes meet and the main process prints a summary line;
@@ -22,16 +25,18 @@ import os
 import re
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .. import checks
 from .. import samplers as sampler_registry
+from ..pipelines.base import check_sampling_options
 from .atomic import remove_temporaries, save_image
-from .records import RecordLog, read_records, record_key, sort_records, write_merged
+from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
 from .scoring import MetricOptions, score_run, speed_summaries
 from .settings import EvalSettings, check_out_dir, write_config
 
@@ -96,27 +101,30 @@ def run_eval(
     metrics = metrics or MetricOptions()
     if len(prompts) != settings.n:
         raise ValueError(f"settings.n is {settings.n} but {len(prompts)} prompts were given")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    checks.integer("batch_size", batch_size, 1)
     instances = {spec: sampler_registry.get(spec) for spec in settings.samplers}
     folders = sampler_dirs(settings.samplers)
+    check_sampling_options(settings.guidance_scale, settings.temperature, settings.top_k, settings.top_p)
+    for seed in settings.seeds:
+        checks.seed("seed", seed, settings.n)  # prompt i uses seed + i
     metrics.check()
     out = Path(out)
 
-    # 2. processes and the out dir
+    # 2. processes, the out dir, the pipeline and its checks; config.json only once all passed
     state = join_processes(device)
     resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
+    pipe = _load_pipeline(settings, device or state.device)
+    check_calls(pipe, settings, prompts, instances, batch_size)
     wait_for_everyone(state)
     if state.is_main_process:
-        if resuming:
-            remove_temporaries(out)  # half-written files of a killed run; no process writes yet
+        if resuming:  # half-written files of a killed run; no process writes yet
+            remove_temporaries(run_folders(out, folders.values()))
         else:
             write_config(out, settings)
     wait_for_everyone(state)
     done = {record_key(r) for r in read_records(out)}
     log = RecordLog(out, state.process_index)
     wait_for_everyone(state)  # no process writes a record before all have read the finished ones
-    pipe = _load_pipeline(settings, device or state.device)
 
     # 3. generate, sampler by sampler
     jobs = plan(settings)
@@ -141,6 +149,27 @@ def run_eval(
     result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
     state.destroy_process_group()
     return result
+
+
+def check_calls(
+    pipe, settings: EvalSettings, prompts: Sequence[str], samplers: dict, batch_size: int
+) -> None:
+    """Every pipeline check of the run's calls (each sampler against the grid, sizes, batch size, every
+    prompt's length), without model work: a bad setting fails before the first image and config.json."""
+    kwargs = settings.call_kwargs()
+    first = list(prompts[:batch_size])
+    for sampler in samplers.values():
+        pipe.check_inputs(first, sampler=sampler, num_images_per_prompt=1, **kwargs)
+    step = pipe.limits.max_images_per_call
+    for start in range(0, len(prompts), step):
+        pipe.check_inputs(list(prompts[start : start + step]), **kwargs)
+
+
+def run_folders(out: Path, sampler_folders: Iterable[str]) -> list[Path]:
+    """The folders a run writes files into (where a killed run may have left its temporaries)."""
+    from .report import PLOTS_DIR
+
+    return [out, out / RECORDS_DIR, out / PLOTS_DIR, *(out / IMAGES_DIR / name for name in sampler_folders)]
 
 
 def join_processes(device: str | None = None):

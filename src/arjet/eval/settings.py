@@ -55,24 +55,47 @@ class EvalSettings:
 
 
 def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
-    """True when `out` already holds a run with these settings (resume it); False when it holds none.
-    A run with other settings raises ValueError naming the differences and suggesting a new folder."""
-    path = Path(out) / CONFIG_FILE
+    """True when `out` already holds a run with these settings (resume it); False when it is new or empty.
+    A file, a folder with other files but no run, or a run with other settings raises ValueError naming
+    the problem and suggesting a new folder. Sampler lists compare as sets (`sjd,ar` resumes `ar,sjd`)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(
+            f"--out {str(out)!r} is a file; pass a folder for the run (new, empty, or an earlier run)"
+        )
+    path = out / CONFIG_FILE
     if not path.is_file():
+        if out.is_dir() and any(out.iterdir()):
+            raise ValueError(
+                f"--out {str(out)!r} holds files but no arjet evaluation run ({CONFIG_FILE}); arjet writes a run "
+                f"only into a new or empty folder, or resumes its own run: pass e.g. {str(_suggest(out))!r}"
+            )
         return False
-    stored = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        stored = None
+    if not isinstance(stored, dict):
+        raise ValueError(f"{path} is not an arjet run's settings (not a JSON object); pass a new --out")
     wanted = json.loads(json.dumps(settings.to_dict()))  # tuples -> lists, as stored
     differences = [
         f"{key}: {stored.get(key)!r} there, {wanted.get(key)!r} now"
         for key in sorted(set(stored) | set(wanted))
-        if stored.get(key) != wanted.get(key)
+        if _comparable(key, stored.get(key)) != _comparable(key, wanted.get(key))
     ]
     if differences:
         raise ValueError(
             f"{out} already holds an evaluation run with different settings ({'; '.join(differences)}). "
-            f"Run the same command again to resume that run, or pass a new --out (e.g. {_suggest(Path(out))})"
+            f"Run the same command again to resume that run, or pass a new --out (e.g. {_suggest(out)})"
         )
     return True
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """Sampler lists are sets: the order only decides the report's order, never an image."""
+    if key == "samplers" and isinstance(value, list):
+        return sorted(map(str, value))
+    return value
 
 
 def write_config(out: str | os.PathLike, settings: EvalSettings) -> None:

@@ -7,7 +7,6 @@ Everything a sampler does happens behind the decoding session (`arjet.session`).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ from diffusers import DiffusionPipeline
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils import BaseOutput
 
+from .. import checks
 from .. import samplers as sampler_registry
+from ..limits import DEFAULT_LIMITS, MAX_LOGIT_SCALE, Limits
 from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, LogitsPolicy, Sampler
 from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
@@ -61,14 +62,24 @@ class CheckedInputs:
 def check_sampling_options(guidance_scale: Any, temperature: Any, top_k: Any, top_p: Any) -> LogitsPolicy:
     """Validate the numbers that shape the target distribution (`guidance_scale=None` means the pipeline's
     default and is not checked here) and return the logits policy they make. Infinities and NaN are refused:
-    `guidance_scale=inf`, say, would turn every mixed logit into NaN or infinity."""
+    `guidance_scale=inf`, say, would turn every mixed logit into NaN or infinity. So are finite values that
+    overflow once combined: the logits are scaled by about `guidance_scale / temperature`, which must stay
+    at most `MAX_LOGIT_SCALE` (1e30) for float32 logits to stay finite (`temperature=1e-45` would otherwise
+    give NaN probabilities and a grey image)."""
     if guidance_scale is not None:
-        _check_number("guidance_scale", guidance_scale, minimum=0.0, note="1 disables CFG")
-    _check_number("temperature", temperature, minimum=0.0, note="0 = greedy")
-    if top_p is not None and (
-        isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
-    ):
+        checks.number("guidance_scale", guidance_scale, 0.0, note="1 disables CFG")
+    checks.number("temperature", temperature, 0.0, note="0 = greedy")
+    if top_p is not None and (not checks.is_number(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    scale = max(1.0, guidance_scale or 1.0) / (temperature or 1.0)
+    if not scale <= MAX_LOGIT_SCALE:
+        given = f"temperature={temperature!r}" + (
+            f" with guidance_scale={guidance_scale!r}" if guidance_scale is not None else ""
+        )
+        raise ValueError(
+            f"{given} scales the logits by {scale:.3g}, which overflows float32 logits (grey images); keep "
+            f"max(guidance_scale, 1) / temperature <= {MAX_LOGIT_SCALE:g} (temperature=0 means greedy)"
+        )
     return LogitsPolicy(temperature, top_k, top_p)  # checks top_k
 
 
@@ -82,6 +93,8 @@ class BaseARPipeline(DiffusionPipeline):
     supports_negative_prompt: ClassVar[bool] = False
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
+    # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
+    limits: Limits = DEFAULT_LIMITS
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
@@ -152,6 +165,17 @@ class BaseARPipeline(DiffusionPipeline):
     ) -> Prefix:
         """Token ids up to the first image code: `[cond; uncond]` rows when `guided`."""
         raise NotImplementedError
+
+    def prompt_length(self, text: str, grid: tuple[int, int], *, negative: bool = False) -> int:
+        """Tokens of the prefix row that carries `text` (a prompt, or with `negative` a negative prompt),
+        chat template included, as `encode_prompts` lays it out. Tokenizes, never runs the model."""
+        raise NotImplementedError
+
+    def max_positions(self) -> int | None:
+        """Positions the model was built for (prompt and image together), None when it has no such bound."""
+        config = self.model.config
+        config = getattr(config, "text_config", None) or config
+        return getattr(config, "max_position_embeddings", None)
 
     def session_adapter(self) -> ModelAdapter:
         raise NotImplementedError
@@ -227,6 +251,7 @@ class BaseARPipeline(DiffusionPipeline):
             output_type=output_type,
             callback_on_step_end=callback_on_step_end,
             callback_on_step_end_tensor_inputs=callback_on_step_end_tensor_inputs,
+            return_dict=return_dict,
             compile=compile,
         )
         batch, grid = call.batch_size, call.grid
@@ -309,11 +334,15 @@ class BaseARPipeline(DiffusionPipeline):
         output_type: Any = "pil",
         callback_on_step_end: Any = None,
         callback_on_step_end_tensor_inputs: Any = None,
+        return_dict: Any = True,
         compile: Any = False,
     ) -> CheckedInputs:
-        """Validate every argument of `__call__` (no tokenizing, no model work) and resolve the defaults.
-        Each bad value raises a `ValueError` that names it and says what is allowed."""
-        prompts = _as_prompt_list("prompt", prompt)
+        """Validate every argument of `__call__` and resolve the defaults, before any model work (prompts are
+        tokenized only to count their tokens against the model's positions, after every other check).
+        Each bad value raises a `ValueError` that names it and says what is allowed; `self.limits` bounds
+        the work (images per call, prompt length, sampler window)."""
+        limits = self.limits
+        prompts = _as_prompt_list("prompt", prompt, limits.max_prompt_chars)
         negatives = None
         if negative_prompt is not None:
             if not self.supports_negative_prompt:
@@ -321,17 +350,21 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{type(self).__name__} does not take a negative_prompt (its unconditional branch is fixed); "
                     "pass negative_prompt=None"
                 )
-            negatives = _as_prompt_list("negative_prompt", negative_prompt, allow_empty=True)
+            negatives = _as_prompt_list("negative_prompt", negative_prompt, limits.max_prompt_chars, True)
             if len(negatives) == 1 and len(prompts) > 1:
                 negatives = negatives * len(prompts)
             if len(negatives) != len(prompts):
                 raise ValueError(
                     f"got {len(negatives)} negative prompts for {len(prompts)} prompts; pass one, or one per prompt"
                 )
-        if isinstance(num_images_per_prompt, bool) or not isinstance(num_images_per_prompt, int):
-            raise ValueError(f"num_images_per_prompt must be an integer >= 1, got {num_images_per_prompt!r}")
-        if num_images_per_prompt < 1:
-            raise ValueError(f"num_images_per_prompt must be >= 1, got {num_images_per_prompt}")
+        per_prompt = checks.integer("num_images_per_prompt", num_images_per_prompt, 1)
+        batch = len(prompts) * per_prompt
+        if batch > limits.max_images_per_call:
+            raise ValueError(
+                f"{len(prompts)} prompt(s) x num_images_per_prompt={per_prompt} is {batch} images, more than "
+                f"limits.max_images_per_call={limits.max_images_per_call}; split the call, or raise the limit "
+                "with pipe.limits = arjet.Limits(max_images_per_call=...)"
+            )
         sampler = sampler_registry.get(sampler)
         if getattr(sampler, "needs_codebook", False) and not _has_codebook(self.image_tokenizer):
             raise ValueError(
@@ -346,17 +379,17 @@ class BaseARPipeline(DiffusionPipeline):
             guidance_scale, temperature, self.default_top_k if top_k is None else top_k, top_p
         )
         grid = self.grid_for(*self._size(height, width, aspect_ratio))
+        if callable(getattr(sampler, "check_grid", None)):
+            sampler.check_grid(grid, limits.max_window)
         if output_type not in OUTPUT_TYPES:
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
+        checks.boolean("return_dict", return_dict)
+        mode = compile_mode(compile, self._execution_device)
         if callback_on_step_end is not None and not callable(callback_on_step_end):
             raise ValueError(f"callback_on_step_end must be callable, got {callback_on_step_end!r}")
-        tensor_inputs = list(callback_on_step_end_tensor_inputs or ["codes"])
-        unknown = [name for name in tensor_inputs if name not in self._callback_tensor_inputs]
-        if unknown:
-            raise ValueError(
-                f"callback tensor inputs {unknown} not allowed; choose from {self._callback_tensor_inputs}"
-            )
-        batch = len(prompts) * num_images_per_prompt
+        tensor_inputs = _tensor_inputs(callback_on_step_end_tensor_inputs, self._callback_tensor_inputs)
+        check_random_inputs(generator, seed, batch)
+        self._check_prompt_lengths(prompts, negatives, grid)
         return CheckedInputs(
             prompts=prompts,
             negative_prompts=negatives,
@@ -367,8 +400,31 @@ class BaseARPipeline(DiffusionPipeline):
             generators=_generators(generator, seed, batch),
             batch_size=batch,
             tensor_inputs=tensor_inputs,
-            compile=compile_mode(compile, self._execution_device),
+            compile=mode,
         )
+
+    def _check_prompt_lengths(
+        self, prompts: list[str], negatives: list[str] | None, grid: tuple[int, int]
+    ) -> None:
+        """Every prompt row must fit the model's positions next to the image (and `limits.max_prompt_tokens`)."""
+        positions, image = self.max_positions(), self.image_layout(grid).body_length
+        limit = self.limits.max_prompt_tokens
+        rows = [("prompt", p, False) for p in dict.fromkeys(prompts)]
+        rows += [("negative_prompt", p, True) for p in dict.fromkeys(negatives or [])]
+        for name, text, negative in rows:
+            length = self.prompt_length(text, grid, negative=negative)
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            if limit is not None and length > limit:
+                raise ValueError(
+                    f"{name} {shown!r} is {length} tokens (chat template included), more than "
+                    f"limits.max_prompt_tokens={limit}; shorten it"
+                )
+            if positions is not None and length + image > positions:
+                raise ValueError(
+                    f"{name} {shown!r} is {length} tokens (chat template included) and the {grid[0]}x{grid[1]} image "
+                    f"needs {image} positions, but this model has {positions}; shorten the {name} to at most "
+                    f"{positions - image - (length - _text_tokens(self.tokenizer, text))} tokens of text"
+                )
 
     def _size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:
         """(height, width) in pixels from the call's arguments: given, from an aspect ratio, or the default."""
@@ -459,7 +515,7 @@ def _codebook(tokenizer: ImageTokenizer) -> torch.Tensor | None:
     return tokenizer.codebook() if _has_codebook(tokenizer) else None
 
 
-def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[str]:
+def _as_prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"{name} must be a non-empty string or a non-empty list of strings, got {value!r}")
@@ -468,18 +524,57 @@ def _as_prompt_list(name: str, value: Any, allow_empty: bool = False) -> list[st
             raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")
         if not allow_empty and not item.strip():
             raise ValueError(f"{name} must not be empty or whitespace, got {item!r}")
+        if len(item) > max_chars:
+            raise ValueError(
+                f"{name} has {len(item)} characters, more than limits.max_prompt_chars={max_chars}; shorten it"
+            )
     return list(items)
 
 
-def _check_number(name: str, value: Any, minimum: float, note: str = "") -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not value >= minimum
-    ):
-        hint = f" ({note})" if note else ""
-        raise ValueError(f"{name} must be a finite number >= {minimum:g}{hint}, got {value!r}")
+def _text_tokens(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def _tensor_inputs(names: Any, allowed: list[str]) -> list[str]:
+    if names is None:
+        return ["codes"]
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ValueError(
+            f"callback_on_step_end_tensor_inputs must be a list of names from {allowed}, got {names!r}"
+        )
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise ValueError(f"callback tensor inputs {unknown} not allowed; choose from {allowed}")
+    return list(names) or ["codes"]
+
+
+def check_random_inputs(generator: Any, seed: Any, batch: int) -> None:
+    """`seed`: an int `s` (image i gets `s + i`) or a list of one int per image, each `0 <= seed < 2**63`;
+    `generator`: a `torch.Generator` or a list of one per image; not both. ValueError naming the argument."""
+    if generator is not None and seed is not None:
+        raise ValueError("pass either generator or seed, not both")
+    if seed is not None:
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != batch:
+                raise ValueError(
+                    f"seed must be an int or a list of {batch} ints (one per image), got {len(seed)} seeds"
+                )
+            for index, item in enumerate(seed):
+                checks.seed(f"seed[{index}]", item)
+        elif checks.is_integer(seed):
+            checks.seed("seed", seed, batch)
+        else:
+            raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
+    if generator is not None:
+        items = generator if isinstance(generator, (list, tuple)) else [generator]
+        if isinstance(generator, (list, tuple)) and len(generator) != batch:
+            raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
+        for item in items:
+            if not isinstance(item, torch.Generator):
+                raise ValueError(
+                    f"generator must be a torch.Generator or a list of one per image, got {type(item).__name__}: "
+                    f"{item!r}"
+                )
 
 
 def _generators(

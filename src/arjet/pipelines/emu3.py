@@ -17,7 +17,7 @@ from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..tokenizers.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
-from .prompts import left_pad_rows
+from .prompts import encode_with_prompt, left_pad_rows
 from .vocab_adapter import VocabularyCodeAdapter
 
 EMU3_NEGATIVE_PROMPT = (
@@ -120,18 +120,25 @@ class Emu3Pipeline(BaseARPipeline):
             LlamaStackDecoder(self.model.model.text_model),
         )
 
+    def prompt_length(self, text: str, grid: tuple[int, int], *, negative: bool = False) -> int:
+        return len(self._row(text, grid, negative))
+
     def encode_prompts(
         self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
     ) -> Prefix:
-        image_prefix = f"<|image start|>{grid[0]}*{grid[1]}<|image token|>"
-        texts = [p + self.config.prompt_suffix for p in prompts]
+        rows = [self._row(p, grid, negative=False) for p in prompts]
         if guided:
-            texts += negative_prompts or [self.config.default_negative_prompt] * len(prompts)
-        bos = self.tokenizer.bos_token_id
-        rows = [
-            [bos] + self.tokenizer(t + image_prefix, add_special_tokens=False)["input_ids"] for t in texts
-        ]
+            negatives = negative_prompts or [self.config.default_negative_prompt] * len(prompts)
+            rows += [self._row(p, grid, negative=True) for p in negatives]
         return left_pad_rows(rows, self.tokenizer.pad_token_id, self._execution_device)
+
+    def _row(self, text: str, grid: tuple[int, int], negative: bool) -> list[int]:
+        """BOS + the prompt (+ Emu3's quality suffix, not for a negative prompt) + the image prefix
+        `<|image start|>H*W<|image token|>`; control tokens written in the prompt are read as plain text."""
+        suffix = "" if negative else self.config.prompt_suffix
+        image_prefix = f"<|image start|>{grid[0]}*{grid[1]}<|image token|>"
+        ids = encode_with_prompt(self.tokenizer, "", text, suffix + image_prefix)
+        return [self.tokenizer.bos_token_id, *ids]
 
     def _token_id(self, token: str) -> int:
         token_id = self.model.config.vocabulary_map.get(token)

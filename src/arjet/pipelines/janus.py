@@ -20,7 +20,7 @@ from ..session.noise import NoiseConditioning
 from ..text_tokenizer import build_word_tokenizer
 from ..tokenizers.janus import JanusVQTokenizer
 from .base import BaseARPipeline
-from .prompts import left_pad_rows
+from .prompts import encode_with_prompt, left_pad_rows
 
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 JANUS_SPECIAL_TOKENS = (BOS, EOS, PAD, "<|User|>", "<|Assistant|>", "<begin_of_image>", "<end_of_image>")
@@ -113,21 +113,25 @@ class JanusPipeline(BaseARPipeline):
     def session_adapter(self) -> JanusAdapter:
         return JanusAdapter(self.model)
 
+    def prompt_length(self, text: str, grid: tuple[int, int], *, negative: bool = False) -> int:
+        return len(self._row(text))
+
     def encode_prompts(
         self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
     ) -> Prefix:
         tokenizer = self.tokenizer
-        bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
+        pad = tokenizer.pad_token_id
         if pad is None:
             raise ValueError("the Janus tokenizer has no pad token; CFG needs one (set tokenizer.pad_token)")
-        rows = [
-            [bos]
-            + tokenizer(
-                self.prompt_template.format(prompt=p) + self.image_start_token, add_special_tokens=False
-            )["input_ids"]
-            for p in prompts
-        ]
+        rows = [self._row(p) for p in prompts]
         if guided:
             # the unconditional row keeps only BOS and <begin_of_image>, the rest becomes (attended) pad
             rows += [[row[0]] + [pad] * (len(row) - 2) + [row[-1]] for row in rows]
         return left_pad_rows(rows, pad, self._execution_device)
+
+    def _row(self, prompt: str) -> list[int]:
+        """BOS + the chat template around `prompt` + `<begin_of_image>`; control tokens written in the
+        prompt are read as plain text."""
+        before, after = self.prompt_template.split("{prompt}")
+        ids = encode_with_prompt(self.tokenizer, before, prompt, after + self.image_start_token)
+        return [self.tokenizer.bos_token_id, *ids]

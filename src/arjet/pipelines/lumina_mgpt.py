@@ -24,11 +24,12 @@ from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
-from .prompts import left_pad_rows
+from .prompts import encode_with_prompt, left_pad_rows
 
 GRID_UNIT = 32  # pixels per height/width token
 PROMPT_TEMPLATE = "Generate an image of {width}x{height} according to the following prompt:\n{prompt}"
 TURN_END, IMAGE_START, ROW_END = "<reserved08706>", "<racm3:break>", "<reserved08799>"
+IMAGE_CODE_PREFIX = "IMGIMG"  # Chameleon's image-code tokens are spelt IMGIMG<digits as letters>Z
 
 
 # the training size of each released Lumina-mGPT 1.x text-to-image checkpoint, by its hub repository name
@@ -177,6 +178,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
             LlamaStackDecoder(self.model.model, qk_norm=True, swin_norm=self.model.config.swin_norm),
         )
 
+    def prompt_length(self, text: str, grid: tuple[int, int], *, negative: bool = False) -> int:
+        return 1 + len(self._text_ids(text, grid)) + 4  # BOS, text, turn end, image start and two sizes
+
     def encode_prompts(
         self, prompts: list[str], negative_prompts: list[str] | None, grid: tuple[int, int], guided: bool
     ) -> Prefix:
@@ -187,18 +191,30 @@ class LuminaMGPTPipeline(BaseARPipeline):
             self._token_id(size_token_name(height // GRID_UNIT)),
             self._token_id(size_token_name(width // GRID_UNIT)),
         ]
-        bos = self.tokenizer.bos_token_id
-        rows = []
-        for prompt in prompts:
-            text = PROMPT_TEMPLATE.format(width=width, height=height, prompt=prompt)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self._token_id(TURN_END)]
-            rows.append([bos, *ids, *image_prefix])
+        bos, turn_end = self.tokenizer.bos_token_id, self._token_id(TURN_END)
+        rows = [[bos, *self._text_ids(prompt, grid), turn_end, *image_prefix] for prompt in prompts]
         hidden = [[False] * len(row) for row in rows]
         if guided:
             # same tokens, but the text (all but its last token, the turn end) is hidden
             rows += rows
             hidden += [[True] * (len(row) - 4) + [False] * 4 for row in rows[: len(prompts)]]
         return left_pad_rows(rows, self.tokenizer.pad_token_id, self._execution_device, hidden)
+
+    def _text_ids(self, prompt: str, grid: tuple[int, int]) -> list[int]:
+        """Lumina's instruction around `prompt`; control tokens written in the prompt are read as plain
+        text, and a prompt spelling an image-code token (`IMGIMG...`) is refused, since the text tokenizer
+        would read it as that code."""
+        if IMAGE_CODE_PREFIX in prompt:
+            raise ValueError(
+                f"prompt {prompt[:60]!r} contains {IMAGE_CODE_PREFIX!r}, the spelling of Lumina-mGPT's image-code "
+                "tokens, which its text tokenizer would read as image codes; rephrase the prompt"
+            )
+        factor = self.vqgan.downsample
+        height, width = grid[0] * factor, grid[1] * factor
+        before, after = PROMPT_TEMPLATE.format(width=width, height=height, prompt="{prompt}").split(
+            "{prompt}"
+        )
+        return encode_with_prompt(self.tokenizer, before, prompt, after)
 
     def _token_id(self, token: str) -> int:
         token_id = self.model.config.vocabulary_map.get(token)

@@ -1,13 +1,14 @@
 """Decoding algorithms over a session's grid of image codes, registered by name.
 
 `available()` lists the names; `get("sjd")` builds the default configuration and `get("sjd:window=32,
-init=repeat_vertical")` passes keyword arguments to the entry's factory; a sampler object (`SJD(window=32)`)
-can be passed anywhere a name can.
+init=repeat_vertical")` passes keyword arguments to the entry's factory, typed and range-checked by the
+entry's option schema (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a
+name can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .ar import AR
@@ -16,43 +17,62 @@ from .drafts import INIT_SCHEMES
 from .lantern import Lantern
 from .policy import LogitsPolicy, LogitsProcessor, Temperature, TopK, TopP
 from .random import ImageRandom, sample
+from .schema import MAX_SIZE, Option, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
 from .speculative import AcceptanceRule, Exact
 from .zipar import ZipAR
 
 _REGISTRY: dict[str, Callable[..., Sampler]] = {}
+_OPTIONS: dict[str, tuple[Option, ...] | None] = {}
 
 
-def register(name: str, factory: Callable[..., Sampler]) -> None:
-    """Register `factory` (a class or a callable taking keyword arguments) under `name`."""
+def register(name: str, factory: Callable[..., Sampler], options: Sequence[Option] | None = None) -> None:
+    """Register `factory` (a class or a callable taking keyword arguments) under `name`. `options` is its
+    schema (types, ranges, help) for specs such as `"name:key=value"`; without one, spec values are read
+    as true / false / none / numbers / text and the factory checks them."""
     _REGISTRY[name] = factory
+    _OPTIONS[name] = tuple(options) if options is not None else None
 
 
 def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def options(name: str) -> tuple[Option, ...]:
+    """The option schema of registered sampler `name` (empty when it takes none or has no schema)."""
+    _check_name(name)
+    return _OPTIONS[name] or ()
+
+
 def get(sampler: str | Sampler) -> Sampler:
-    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object itself)."""
+    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object itself). Unknown,
+    repeated or badly typed options raise a ValueError naming the option and what is allowed."""
     if not isinstance(sampler, str):
         if not callable(getattr(sampler, "run", None)):
             raise ValueError(f"sampler must be a name or an object with a run() method, got {sampler!r}")
         return sampler
-    name, _, arguments = sampler.partition(":")
+    name, colon, arguments = sampler.partition(":")
+    name = name.strip()
+    _check_name(name)
+    try:
+        if colon and not arguments.strip():
+            raise ValueError(f"{sampler!r} has a colon but no options; write {name!r} or {name}:key=value")
+        kwargs = parse_options(arguments, _OPTIONS[name]) if arguments.strip() else {}
+        return _REGISTRY[name](**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"bad arguments for sampler {name!r}: {error}") from None
+
+
+def _check_name(name: str) -> None:
     if name not in _REGISTRY:
         raise ValueError(f"unknown sampler {name!r}; available: {', '.join(available())}")
-    kwargs = _parse_arguments(arguments) if arguments else {}
-    try:
-        return _REGISTRY[name](**kwargs)
-    except TypeError as error:
-        raise ValueError(f"bad arguments for sampler {name!r}: {error}") from None
 
 
 def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
     """Sampler specs from a command-line list, deduplicated: `'ar;sjd:window=8,init=random;zipar'`, or with
     commas only, where a `key=value` piece belongs to the spec before it (`'ar,sjd:window=8,init=random,zipar'`);
-    `extra` specs (a repeatable option) are appended."""
+    `extra` specs (a repeatable option) are appended. Each spec is checked (`get`), so a bad one fails here."""
     if ";" in text:
         specs = [piece.strip() for piece in text.split(";")]
     else:
@@ -65,31 +85,9 @@ def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
     specs = list(dict.fromkeys([s for s in specs if s] + [s.strip() for s in extra or [] if s.strip()]))
     if not specs:
         raise ValueError(f"the sampler list names no sampler: {text!r}")
+    for spec in specs:
+        get(spec)
     return specs
-
-
-def _parse_arguments(text: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for item in text.split(","):
-        key, equals, value = item.partition("=")
-        if not equals or not key.strip():
-            raise ValueError(f"sampler arguments look like 'key=value,key=value', got {text!r}")
-        kwargs[key.strip()] = _parse_value(value.strip())
-    return kwargs
-
-
-def _parse_value(value: str) -> Any:
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered == "none":
-        return None
-    for convert in (int, float):
-        try:
-            return convert(value)
-        except ValueError:
-            pass
-    return value
 
 
 def _lantern(k: int = 1000, delta: float = 0.1, lam: float | None = None, top: int = 8, **sjd: Any) -> SJD:
@@ -97,22 +95,69 @@ def _lantern(k: int = 1000, delta: float = 0.1, lam: float | None = None, top: i
     return SJD(acceptance=Lantern(k=k, delta=delta, lam=lam, bound=bound, top=top), **sjd)
 
 
+def _sjd(acceptance: str = "exact", **sjd: Any) -> SJD:
+    return SJD(acceptance=ACCEPTANCE_RULES[acceptance](), **sjd)
+
+
+def _mc_sjd(acceptance: str = "exact", **sjd: Any) -> SJD:
+    return SJD(acceptance=ACCEPTANCE_RULES[acceptance](), coupling=True, **sjd)
+
+
 def _zipar_sjd(w: int | None = None, **sjd: Any) -> ZipAR:
-    return ZipAR(w=w, verify=SJD(**sjd))
+    return ZipAR(w=w, verify=_sjd(**sjd))
 
 
 def _zipar_lantern(w: int | None = None, **lantern: Any) -> ZipAR:
     return ZipAR(w=w, verify=_lantern(**lantern))
 
 
-register("ar", AR)
-register("sjd", SJD)
-register("sjd2", SJD2)
-register("mc-sjd", lambda **kwargs: SJD(coupling=True, **kwargs))
-register("lantern", _lantern)
-register("zipar", ZipAR)
-register("zipar+sjd", _zipar_sjd)
-register("zipar+lantern", _zipar_lantern)
+ACCEPTANCE_RULES: dict[str, Callable[[], AcceptanceRule]] = {"exact": Exact, "lantern": Lantern}
+
+WINDOW = Option("window", int, 16, "draft slots verified per forward", 1, MAX_SIZE)
+INIT = Option("init", str, "random", "how new draft slots are guessed", choices=INIT_SCHEMES)
+COUPLING = Option("coupling", bool, False, "couple re-drafts with the old drafts (MC-SJD, still exact)")
+ACCEPTANCE = Option(
+    "acceptance",
+    str,
+    "exact",
+    "exact (lossless) or lantern (relaxed, its defaults)",
+    choices=tuple(ACCEPTANCE_RULES),
+)
+W = Option(
+    "w", int, None, "codes row r needs before row r+1 starts (none: half the width)", 1, MAX_SIZE, none=True
+)
+LANTERN = (
+    Option("k", int, 1000, "nearest codebook neighbours a draft may claim", 1, MAX_SIZE),
+    Option("delta", float, 0.1, "total-variation budget per token", 0.0, 1.0),
+    Option("lam", float, None, "LANTERN++'s p'(x) <= lam * p(x), instead of delta", 1.0, 1e6, none=True),
+    Option("top", int, 8, "the proposal's most likely codes the relaxation considers", 1, MAX_SIZE),
+)
+SJD_OPTIONS = (WINDOW, INIT, COUPLING, ACCEPTANCE)
+
+register("ar", AR, ())
+register("sjd", _sjd, SJD_OPTIONS)
+register(
+    "sjd2",
+    SJD2,
+    (
+        Option("window", int, 64, "cells predicted per forward", 2, MAX_SIZE),
+        Option(
+            "levels",
+            int,
+            None,
+            "denoising steps from noise to clean (none: window // 16)",
+            1,
+            MAX_SIZE,
+            none=True,
+        ),
+        Option("coupling", bool, True, "couple re-drafts with the old drafts (MC-SJD)"),
+    ),
+)
+register("mc-sjd", _mc_sjd, (WINDOW, INIT, ACCEPTANCE))
+register("lantern", _lantern, (*LANTERN, WINDOW, INIT, COUPLING))
+register("zipar", ZipAR, (W,))
+register("zipar+sjd", _zipar_sjd, (W, *SJD_OPTIONS))
+register("zipar+lantern", _zipar_lantern, (W, *LANTERN, WINDOW, INIT, COUPLING))
 
 __all__ = [
     "AR",
@@ -128,6 +173,8 @@ __all__ = [
     "Lantern",
     "LogitsPolicy",
     "LogitsProcessor",
+    "MAX_SIZE",
+    "Option",
     "Sampler",
     "Temperature",
     "TopK",
@@ -135,6 +182,8 @@ __all__ = [
     "ZipAR",
     "available",
     "get",
+    "options",
+    "parse_options",
     "parse_specs",
     "register",
     "sample",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from .. import checks
 from .base import DecodeTrace
 from .drafts import check_scheme
 from .policy import LogitsPolicy
@@ -22,9 +23,23 @@ if TYPE_CHECKING:
 
 
 def check_window(window: int) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    return window
+    return checks.integer("window", window, 1)
+
+
+def check_size_fits(
+    name: str, value: int, default: int, grid: tuple[int, int], limit: int | None = None
+) -> None:
+    """Refuse a size option (`window`, `w`) larger than the grid has cells (or than `default`, when the
+    grid is smaller) or than an operator's `limit`: its memory and work grow with it, not with the image."""
+    cells = grid[0] * grid[1]
+    allowed = max(cells, default) if limit is None else min(max(cells, default), limit)
+    if value > allowed:
+        why = (
+            f"the limit of {limit}"
+            if limit is not None and allowed == limit
+            else f"the {cells} cells of this {grid[0]}x{grid[1]} grid"
+        )
+        raise ValueError(f"{name}={value} is larger than {why}; use {name} <= {allowed}")
 
 
 @dataclass
@@ -43,6 +58,15 @@ class SJD:
     def __post_init__(self) -> None:
         check_window(self.window)
         check_scheme(self.init)
+        checks.boolean("coupling", self.coupling)
+        if not callable(getattr(self.acceptance, "target", None)):
+            raise ValueError(
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
+            )
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a window the grid cannot use (see `check_size_fits`), before any work."""
+        check_size_fits("window", self.window, type(self).window, grid, max_window)
 
     @property
     def needs_codebook(self) -> bool:

@@ -32,7 +32,7 @@ from .base import DecodeTrace, commit_first_cell, run_steps
 from .jacobi import RuleContext, jacobi_step
 from .policy import LogitsPolicy
 from .random import ImageRandom
-from .sjd import check_window
+from .sjd import check_size_fits, check_window
 from .speculative import Exact, guess_proposal
 
 if TYPE_CHECKING:
@@ -62,6 +62,14 @@ class SJD2:
             raise ValueError(f"levels must be an integer >= 1 or None, got {self.levels!r}")
         if not isinstance(self.coupling, bool):
             raise ValueError(f"coupling must be True or False, got {self.coupling!r}")
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a window (or more levels than the window has slots) the grid cannot use, before any work."""
+        check_size_fits("window", self.window, type(self).window, grid, max_window)
+        if self.levels is not None and self.levels > self.window:
+            raise ValueError(
+                f"levels={self.levels} is more than the window of {self.window}; use levels <= window"
+            )
 
     def denoising_levels(self, trained: int) -> int:
         """Steps from pure noise to clean: `levels`, else `window // 16`, at least 1 and at most `trained`

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from .. import checks
 from .base import DecodeTrace
 from .policy import LogitsPolicy
 from .random import ImageRandom
@@ -34,8 +35,7 @@ class ZipAR:
     name: ClassVar[str] = "zipar"
 
     def __post_init__(self) -> None:
-        if self.w is not None and (isinstance(self.w, bool) or not isinstance(self.w, int) or self.w < 1):
-            raise ValueError(f"ZipAR's window size w must be an integer >= 1, got {self.w!r}")
+        checks.optional_integer("ZipAR's window size w", self.w, 1)
         if self.verify is not None and not isinstance(self.verify, SJD):
             raise ValueError(f"verify must be an SJD sampler or None, got {self.verify!r}")
         if self.verify is not None:
@@ -44,6 +44,12 @@ class ZipAR:
     @property
     def needs_codebook(self) -> bool:
         return self.verify is not None and self.verify.needs_codebook
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a verify window the grid cannot use. `w` needs no bound: it is a lag that allocates
+        nothing, and any `w >= W` is raster order."""
+        if self.verify is not None:
+            self.verify.check_grid(grid, max_window)
 
     def lag(self, width: int) -> int:
         return self.w if self.w is not None else max(1, width // 2)

@@ -7,8 +7,6 @@ objects is refused instead of executed; the output is `config.json` + safetensor
 from __future__ import annotations
 
 import argparse
-import pickle
-import re
 import sys
 import warnings
 from collections.abc import Mapping
@@ -17,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .. import checks
+from ..weights import load_tensors
 from .chameleon_vqgan import ChameleonVQGAN
 
 # `model.params.ddconfig` keys that are arguments of ChameleonVQGAN
@@ -52,8 +52,11 @@ def read_vqgan_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"VQGAN config not found: {path}")
-    with path.open(encoding="utf-8") as file:
-        data = yaml.safe_load(file)
+    try:
+        with path.open(encoding="utf-8") as file:
+            data = yaml.safe_load(file)
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a YAML file ({str(error).splitlines()[0]})") from None
     try:
         params = data["model"]["params"]
         ddconfig = params["ddconfig"]
@@ -82,32 +85,14 @@ def read_vqgan_config(path: str | Path) -> dict[str, Any]:
 
 def load_vqgan_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a Lightning checkpoint (`{"state_dict": ...}`) or of a bare state dict, loaded
-    without unpickling anything but tensors and plain containers."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"VQGAN checkpoint not found: {path}")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        match = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
-        detail = match.group(1).strip() if match else "not loadable with weights_only=True"
-        raise ValueError(
-            f"{path} contains non-tensor Python objects (torch: {detail}) and arjet refuses to unpickle them, "
-            "since unpickling can run arbitrary code. If you trust the file, extract its tensors with trusted "
-            "code, e.g. torch.save(torch.load(path, weights_only=False)['state_dict'], 'vqgan_state_dict.pt'), "
-            "and convert that file instead"
-        ) from error
-    state = data.get("state_dict", data) if isinstance(data, Mapping) else data
-    if not isinstance(state, Mapping) or not state:
-        raise ValueError(
-            f"{path} holds no state dict (got {type(state).__name__}), expected a VQGAN checkpoint"
-        )
-    bad = [
-        key for key, value in state.items() if not isinstance(key, str) or not isinstance(value, torch.Tensor)
-    ]
-    if bad:
-        raise ValueError(f"{path}: the state dict has non-tensor entries, e.g. {bad[:5]}")
-    return dict(state)
+    without unpickling anything but tensors and plain containers (`arjet.weights.load_tensors`)."""
+    return load_tensors(
+        path,
+        "VQGAN checkpoint",
+        "pass Meta's Chameleon vqgan.ckpt; if you trust a file that holds other objects, extract its tensors "
+        "with trusted code, e.g. torch.save(torch.load(path, weights_only=False)['state_dict'], "
+        "'vqgan_state_dict.pt'), and convert that file instead",
+    )
 
 
 def load_taming_state_dict(model: ChameleonVQGAN, state: Mapping[str, torch.Tensor]) -> None:
@@ -145,11 +130,14 @@ def convert_chameleon_vqgan(
 ) -> Path:
     """Convert Meta's Chameleon `vqgan.ckpt` into a `ChameleonVQGAN.from_pretrained` folder at `out_dir`.
     `config_path` is the matching `vqgan.yaml`; without it the released tokenizer's defaults are used."""
+    out_dir = checks.output_dir("out", out_dir)
     config = read_vqgan_config(config_path) if config_path is not None else {}
     state = load_vqgan_state_dict(ckpt_path)
-    model = ChameleonVQGAN(**config)
+    try:
+        model = ChameleonVQGAN(**config)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{config_path}: the config does not describe a Chameleon VQGAN ({error})") from None
     load_taming_state_dict(model, state)
-    out_dir = Path(out_dir)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 
@@ -178,15 +166,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`arjet convert-vqgan CKPT OUT [--config YAML]`."""
-    parser = argparse.ArgumentParser(prog="arjet convert-vqgan", description=__doc__)
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return _run(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"arjet convert-vqgan: error: {error}", file=sys.stderr)
-        return 2
+    """`arjet convert-vqgan CKPT OUT [--config YAML]` (the same as `arjet convert-vqgan ...`)."""
+    from ..cli import main as arjet_main
+
+    return arjet_main(["convert-vqgan", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

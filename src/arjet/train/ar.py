@@ -22,7 +22,7 @@ from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
-from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .options import add_config_arguments, append_jsonl, require_folder, run_stage
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
@@ -189,6 +189,10 @@ def train_ar(config: ARTrainConfig) -> Path:
 
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
+    if config.init:
+        require_folder("--init", config.init, "pass a pipeline folder saved by `arjet train ar`")
+    else:
+        require_folder("--vq", config.vq, "train the VQ tokenizer first (`arjet train vq --out FOLDER`)")
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     if config.init:
@@ -295,4 +299,4 @@ def save(pipe: JanusPipeline, out: Path, config: ARTrainConfig, record: dict) ->
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("ar", help="train the built-in Janus text-to-image model")
     add_config_arguments(parser, ARTrainConfig, skip=("words",))
-    parser.set_defaults(func=lambda args: train_ar(config_from_arguments(ARTrainConfig, args)) and 0)
+    parser.set_defaults(func=lambda args: run_stage(train_ar, ARTrainConfig, args, "the AR pipeline"))

@@ -16,6 +16,7 @@ import argparse
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from tokenizers.processors import TemplateProcessing
 
 from ..text_tokenizer import build_word_tokenizer
-from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .options import add_config_arguments, append_jsonl, require_folder, run_stage
 
 PAD, EOS = "<pad>", "</s>"
 VISION_TOWERS = ("resnet", "vit")
@@ -31,7 +32,7 @@ VISION_TOWERS = ("resnet", "vit")
 
 @dataclass
 class ClipTrainConfig:
-    out: str = "src/arjet/assets/shapes-clip"
+    out: str = "artifacts/clip"  # never the installed package: copy a CLIP you want to ship there yourself
     seed: int = 0
     images: int = 100_000
     image_size: int = 64
@@ -52,10 +53,12 @@ class ClipTrainConfig:
     workers: int = 2
     threads: int = 2
     log_every: int = 100
-    eval_every: int = 1000  # zero-shot colour / shape accuracy on held-out renders
+    eval_every: int = 1000  # zero-shot colour / shape accuracy on held-out renders (0: at the end only)
     eval_scenes: int = 300
     log: str = "artifacts/clip/train_log.jsonl"
     init: str = ""  # a CLIP folder to continue from (same config)
+
+    cli_bounds: ClassVar[dict] = {"eval_every": (0, None), "eval_scenes": (0, None)}
 
     def __post_init__(self):
         if self.vision not in VISION_TOWERS:
@@ -199,10 +202,14 @@ def train_clip(config: ClipTrainConfig) -> Path:
     import open_clip
     from tqdm.auto import tqdm
 
-    from ..eval.clip import OpenCLIP, save_open_clip_folder
+    from ..eval.clip import WEIGHTS_FILE, OpenCLIP, save_open_clip_folder
     from ..eval.domain import zero_shot_accuracy
     from .ar import domain_words
 
+    if config.init:
+        init = require_folder("--init", config.init, "pass a CLIP folder saved by `arjet train clip`")
+        if not (init / WEIGHTS_FILE).is_file():
+            raise FileNotFoundError(f"--init {config.init!r} holds no {WEIGHTS_FILE}")
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     out = Path(config.out)
@@ -213,11 +220,12 @@ def train_clip(config: ClipTrainConfig) -> Path:
     cfg = model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     model = open_clip.CLIP(**cfg)
     if config.init:
-        from safetensors.torch import load_file
+        from ..weights import load_tensors
 
-        from ..eval.clip import WEIGHTS_FILE
-
-        model.load_state_dict({k: v.float() for k, v in load_file(Path(config.init) / WEIGHTS_FILE).items()})
+        state = load_tensors(
+            Path(config.init) / WEIGHTS_FILE, "CLIP weights", "pass a folder saved by `arjet train clip`"
+        )
+        model.load_state_dict({k: v.float() for k, v in state.items()})
     preprocess = {"mean": list(open_clip.OPENAI_DATASET_MEAN), "std": list(open_clip.OPENAI_DATASET_STD)}
     open_clip.set_model_preprocess_cfg(model, {"size": config.image_size, **preprocess})
     mean, std = (
@@ -287,4 +295,4 @@ def train_clip(config: ClipTrainConfig) -> Path:
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("clip", help="train the domain CLIP (offline CLIP score and FID features)")
     add_config_arguments(parser, ClipTrainConfig)
-    parser.set_defaults(func=lambda args: train_clip(config_from_arguments(ClipTrainConfig, args)) and 0)
+    parser.set_defaults(func=lambda args: run_stage(train_clip, ClipTrainConfig, args, "the domain CLIP"))

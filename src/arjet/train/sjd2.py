@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ import torch
 
 from ..session import Prefix
 from ..session.noise import NoiseConditioning
-from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .options import add_config_arguments, append_jsonl, run_stage
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
@@ -142,6 +143,10 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
 
     from ..pipelines import ARPipeline
 
+    if config.data != "shapes" and not Path(config.data).expanduser().is_file():
+        raise FileNotFoundError(
+            f"--data {config.data!r}: no such file; pass a JSON-lines file of prompt / image records, or 'shapes'"
+        )
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
@@ -252,15 +257,15 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "sjd2", help="fine-tune an AR checkpoint for SJD2 (noisy-embedding inputs)"
     )
     add_config_arguments(parser, SJD2TrainConfig)
-    parser.set_defaults(func=lambda args: train_sjd2(config_from_arguments(SJD2TrainConfig, args)) and 0)
+    parser.set_defaults(func=lambda args: run_stage(train_sjd2, SJD2TrainConfig, args, "the SJD2 pipeline"))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m arjet.train.sjd2 ...` (the form `accelerate launch -m` needs)."""
-    parser = argparse.ArgumentParser(prog="python -m arjet.train.sjd2")
-    add_config_arguments(parser, SJD2TrainConfig)
-    train_sjd2(config_from_arguments(SJD2TrainConfig, parser.parse_args(argv)))
+def main(argv: list[str] | None = None) -> int:
+    """`python -m arjet.train.sjd2 ...` (the form `accelerate launch -m` needs) = `arjet train sjd2 ...`."""
+    from ..cli import main as arjet_main
+
+    return arjet_main(["train", "sjd2", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import JanusVQVAE, JanusVQVAEConfig
 
-from .options import add_config_arguments, append_jsonl, config_from_arguments
+from .options import add_config_arguments, append_jsonl, run_stage
 
 
 @dataclass
@@ -204,4 +204,4 @@ def evaluate_vq(path: str | Path, count: int = 1000, device: str = "cpu") -> dic
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("vq", help="train the built-in model's VQ image tokenizer")
     add_config_arguments(parser, VQTrainConfig)
-    parser.set_defaults(func=lambda args: train_vq(config_from_arguments(VQTrainConfig, args)) and 0)
+    parser.set_defaults(func=lambda args: run_stage(train_vq, VQTrainConfig, args, "the VQ tokenizer"))

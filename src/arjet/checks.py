@@ -1,0 +1,275 @@
+"""Argument checks shared by the library, the command line and the demo.
+
+One place says what a valid integer, number, flag, choice, seed or device is. Every check raises a
+`ValueError` that names the argument, shows the bad value and says what is allowed; the `*_type` helpers
+wrap the same checks for `argparse` (`type=`), so a bad option ends as `arjet CMD: error: argument
+--NAME: ...` with exit status 2, before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+# seeds key one 63-bit random stream per image: image i of a call with `seed=s` uses s + i
+SEED_LIMIT = 2**63
+
+
+def is_integer(value: Any) -> bool:
+    """An `int` that is not a `bool` (`True` is an int in Python, never a meaningful count or seed)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An `int` or `float` that is not a `bool`."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _show(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _range_text(minimum: float | None, maximum: float | None, exclusive_minimum: bool = False) -> str:
+    low = ">" if exclusive_minimum else ">="
+    if minimum is not None and maximum is not None:
+        if exclusive_minimum:
+            return f"in ({_show(minimum)}, {_show(maximum)}]"
+        return f"from {_show(minimum)} to {_show(maximum)}"
+    if minimum is not None:
+        return f"{low} {_show(minimum)}"
+    if maximum is not None:
+        return f"<= {_show(maximum)}"
+    return ""
+
+
+def integer(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """`value` as an int within [minimum, maximum]; ValueError naming `name` otherwise."""
+    if (
+        not is_integer(value)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        bounds = _range_text(minimum, maximum)
+        raise ValueError(f"{name} must be an integer{' ' + bounds if bounds else ''}, got {value!r}")
+    return value
+
+
+def optional_integer(
+    name: str, value: Any, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    return None if value is None else integer(name, value, minimum, maximum)
+
+
+def number(
+    name: str,
+    value: Any,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    *,
+    exclusive_minimum: bool = False,
+    note: str = "",
+) -> float:
+    """`value` as a finite float within the bounds; ValueError naming `name` otherwise (NaN and infinities
+    never pass)."""
+    ok = is_number(value) and math.isfinite(value)
+    if ok and minimum is not None:
+        ok = value > minimum if exclusive_minimum else value >= minimum
+    if ok and maximum is not None:
+        ok = value <= maximum
+    if not ok:
+        bounds = _range_text(minimum, maximum, exclusive_minimum)
+        hint = f" ({note})" if note else ""
+        raise ValueError(
+            f"{name} must be a finite number{' ' + bounds if bounds else ''}{hint}, got {value!r}"
+        )
+    return float(value)
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    allowed = tuple(choices)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def seed(name: str, value: Any, count: int = 1) -> int:
+    """A seed `s` for `count` images (`s`, `s + 1`, ..., `s + count - 1`), each in `0 <= seed < 2**63`."""
+    if not is_integer(value) or not 0 <= value <= SEED_LIMIT - count:
+        if count == 1:
+            raise ValueError(f"{name} must be an integer from 0 to 2**63 - 1, got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer with 0 <= {name} and {name} + {count - 1} < 2**63 (image i of {count} "
+            f"uses {name} + i), got {value!r}"
+        )
+    return value
+
+
+# -- argparse types ------------------------------------------------------------------------------------
+def _typed(convert: Callable[[str], Any], label: str) -> Callable[[str], Any]:
+    """An argparse `type=` that turns the check's ValueError into argparse's clean error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = label
+    return parse
+
+
+def int_type(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer within the bounds (`--n 0` -> `argument --n: must be an integer >= 1, got '0'`)."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if (
+            value is None
+            or (minimum is not None and value < minimum)
+            or (maximum is not None and value > maximum)
+        ):
+            bounds = _range_text(minimum, maximum)
+            raise ValueError(f"must be an integer{' ' + bounds if bounds else ''}, got {text!r}")
+        return value
+
+    return _typed(convert, "integer")
+
+
+def float_type(
+    minimum: float | None = None, maximum: float | None = None, *, exclusive_minimum: bool = False
+) -> Callable[[str], float]:
+    """argparse type: a finite number within the bounds."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            value = math.nan
+        ok = math.isfinite(value)
+        if ok and minimum is not None:
+            ok = value > minimum if exclusive_minimum else value >= minimum
+        if ok and maximum is not None:
+            ok = value <= maximum
+        if not ok:
+            bounds = _range_text(minimum, maximum, exclusive_minimum)
+            raise ValueError(f"must be a finite number{' ' + bounds if bounds else ''}, got {text!r}")
+        return value
+
+    return _typed(convert, "number")
+
+
+def bool_type() -> Callable[[str], bool]:
+    """argparse type: true / false (also yes / no, 1 / 0), nothing else."""
+
+    def convert(text: str) -> bool:
+        lowered = text.strip().lower()
+        if lowered not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(f"must be true or false, got {text!r}")
+        return lowered in ("1", "true", "yes")
+
+    return _typed(convert, "boolean")
+
+
+def device_type() -> Callable[[str], str]:
+    """argparse type: a torch device that exists here (`cpu`, `cuda`, `cuda:1`, `mps`)."""
+
+    def convert(text: str) -> str:
+        return check_device(text)
+
+    return _typed(convert, "device")
+
+
+def check_device(text: Any, name: str = "device") -> str:
+    """`text` if it names a torch device present on this machine; ValueError saying what is there."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name} {text!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{name} {text!r}: this machine has no CUDA GPU; use cpu")
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"{name} {text!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}"
+            )
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"{name} {text!r}: MPS is not available on this machine; use cpu")
+    elif device.type != "cpu":
+        raise ValueError(f"{name} {text!r} is not supported; use cpu or cuda")
+    return str(text)
+
+
+# -- output paths -------------------------------------------------------------------------------------
+def image_suffixes() -> tuple[str, ...]:
+    """File extensions PIL can write (`.png`, `.jpg`, ...; not `.psd`, which it only reads)."""
+    import PIL.Image
+
+    PIL.Image.init()
+    return tuple(
+        sorted(ext for ext, fmt in PIL.Image.registered_extensions().items() if fmt in PIL.Image.SAVE)
+    )
+
+
+def output_file(name: str, value: Any, *, suffixes: Iterable[str] | None = None, image: bool = False) -> Path:
+    """The path of a file a command will write, checked before any work: not a folder, with an allowed
+    extension, in a folder that exists or can be made (no file in the way) and that is writable."""
+    path = _path(name, value)
+    if path.is_dir():
+        raise ValueError(
+            f"{name} {str(value)!r} is a folder; give a file name, e.g. {str(path / 'out.png')!r}"
+        )
+    allowed = image_suffixes() if image else tuple(suffixes or ())
+    if allowed and path.suffix.lower() not in allowed:
+        shown = ", ".join(s for s in allowed if s in (".png", ".jpg", ".json", ".webp")) or ", ".join(allowed)
+        kind = "an image extension arjet can write" if image else "one of"
+        raise ValueError(f"{name} must end in {kind} ({shown}), got {str(value)!r}")
+    _check_writable_parent(name, value, path.parent)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{name} {str(value)!r} exists and is not writable")
+    return path
+
+
+def output_dir(name: str, value: Any) -> Path:
+    """The path of a folder a command will write into: not a file, and makeable / writable."""
+    path = _path(name, value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"{name} {str(value)!r} is a file, not a folder; give a folder (new or empty) instead"
+        )
+    _check_writable_parent(name, value, path)
+    return path
+
+
+def _path(name: str, value: Any) -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise ValueError(f"{name} must be a path, got {value!r}")
+    return Path(value).expanduser()
+
+
+def _check_writable_parent(name: str, value: Any, folder: Path) -> None:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(
+            f"{name} {str(value)!r}: {str(existing)!r} is a file, so no folder can be made there"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {str(value)!r}: the folder {str(existing)!r} is not writable")

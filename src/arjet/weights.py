@@ -1,0 +1,62 @@
+"""Reading weight files without running code: safetensors, or torch files restricted to tensors.
+
+`torch.load(weights_only=False)` unpickles arbitrary Python objects, and a crafted file runs whatever it
+names. Every weights file arjet reads from a user-given path goes through `load_tensors`: a `.safetensors`
+file, or a torch file loaded with `weights_only=True`; anything else (a pickle holding other objects, an
+empty or truncated file) is a `ValueError` naming the file and what to provide instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+
+def load_tensors(path: str | os.PathLike, what: str, provide: str) -> dict[str, torch.Tensor]:
+    """The `{name: tensor}` state dict in `path` (a Lightning-style `{"state_dict": ...}` is unwrapped).
+    `what` names the file in errors ("inception weights"), `provide` says what would work instead."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} file {path} not found: {provide}")
+    if path.suffix == ".safetensors":
+        data = _load_safetensors(path, what, provide)
+    else:
+        data = _load_torch(path, what, provide)
+    state = data.get("state_dict", data) if isinstance(data, Mapping) else data
+    if not isinstance(state, Mapping) or not state:
+        raise ValueError(f"{path} holds no state dict of tensors (got {type(state).__name__}); {provide}")
+    bad = [
+        key for key, value in state.items() if not isinstance(key, str) or not isinstance(value, torch.Tensor)
+    ]
+    if bad:
+        raise ValueError(f"{path}: the state dict has non-tensor entries, e.g. {bad[:5]}; {provide}")
+    return dict(state)
+
+
+def _load_safetensors(path: Path, what: str, provide: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as error:  # safetensors raises its own SafetensorError for any malformed file
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); {provide}") from None
+
+
+def _load_torch(path: Path, what: str, provide: str):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        match = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+        detail = match.group(1).strip().splitlines()[0] if match else "not loadable with weights_only=True"
+        raise ValueError(
+            f"{path} contains non-tensor Python objects (torch: {detail}) and arjet refuses to unpickle them, "
+            f"since unpickling can run arbitrary code; {provide}"
+        ) from None
+    except (EOFError, RuntimeError, OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{path} is not a torch weights file ({reason}); {provide}") from None

@@ -1,0 +1,91 @@
+"""`arjet.checks`: the one module of argument checks every entry point uses."""
+
+import argparse
+import math
+
+import pytest
+import torch
+
+from arjet import checks
+
+
+@pytest.mark.parametrize(
+    ("check", "value", "message"),
+    [
+        (lambda v: checks.integer("n", v, 1), True, "n must be an integer >= 1, got True"),
+        (lambda v: checks.integer("n", v, 1), 1.0, "n must be an integer >= 1, got 1.0"),
+        (
+            lambda v: checks.integer("port", v, 1, 65535),
+            70000,
+            "port must be an integer from 1 to 65535, got 70000",
+        ),
+        (lambda v: checks.number("t", v, 0.0), math.nan, "t must be a finite number >= 0, got nan"),
+        (lambda v: checks.number("t", v, 0.0), math.inf, "t must be a finite number >= 0, got inf"),
+        (lambda v: checks.number("t", v, 0.0), "1", "t must be a finite number >= 0, got '1'"),
+        (
+            lambda v: checks.number("p", v, 0.0, 1.0, exclusive_minimum=True),
+            0.0,
+            r"p must be a finite number in \(0, 1\]",
+        ),
+        (lambda v: checks.boolean("coupling", v), "maybe", "coupling must be True or False, got 'maybe'"),
+        (lambda v: checks.choice("init", v, ("a", "b")), "c", "init must be one of a, b; got 'c'"),
+        (lambda v: checks.seed("seed", v), -1, r"seed must be an integer from 0 to 2\*\*63 - 1, got -1"),
+        (lambda v: checks.seed("seed", v), 2**63, r"seed must be an integer from 0 to 2\*\*63 - 1"),
+        (lambda v: checks.seed("seed", v, 3), 2**63 - 2, r"seed \+ 2 < 2\*\*63"),
+    ],
+)
+def test_checks_name_the_argument_the_value_and_what_is_allowed(check, value, message):
+    with pytest.raises(ValueError, match=message):
+        check(value)
+
+
+def test_valid_values_pass_through():
+    assert checks.integer("n", 3, 1) == 3 and checks.number("t", 0, 0.0) == 0.0
+    assert checks.seed("seed", 2**63 - 1) == 2**63 - 1 and checks.seed("seed", 2**63 - 3, 3) == 2**63 - 3
+    assert checks.optional_integer("w", None, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (checks.int_type(1), "0", "must be an integer >= 1, got '0'"),
+        (checks.int_type(1), "1.5", "must be an integer >= 1, got '1.5'"),
+        (checks.float_type(0.0), "nan", "must be a finite number >= 0, got 'nan'"),
+        (checks.float_type(0.0), "1e400", "must be a finite number >= 0, got '1e400'"),
+        (checks.bool_type(), "maybe", "must be true or false, got 'maybe'"),
+        (checks.device_type(), "bogus", "device 'bogus' is not a torch device"),
+        (checks.device_type(), "tpu", "device 'tpu'"),
+    ],
+)
+def test_argparse_types_raise_argparse_errors(parse, text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        parse(text)
+
+
+def test_cuda_devices_must_exist_here():
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ValueError, match="device 'cuda:99'"):
+        checks.check_device(f"cuda:{99 if count < 99 else count}")
+    if count == 0:
+        with pytest.raises(ValueError, match="this machine has no CUDA GPU; use cpu"):
+            checks.check_device("cuda")
+    assert checks.check_device("cpu") == "cpu"
+
+
+def test_output_paths(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert (
+        checks.output_file("--out", str(tmp_path / "new" / "x.png"), image=True) == tmp_path / "new" / "x.png"
+    )
+    with pytest.raises(ValueError, match="is a folder; give a file name"):
+        checks.output_file("--out", str(tmp_path), image=True)
+    with pytest.raises(ValueError, match="image extension arjet can write"):
+        checks.output_file("--out", str(tmp_path / "x.psd"), image=True)
+    with pytest.raises(ValueError, match="is a file, so no folder can be made there"):
+        checks.output_file("--json", str(tmp_path / "file" / "x.json"), suffixes=(".json",))
+    with pytest.raises(ValueError, match="--json must end in one of"):
+        checks.output_file("--json", str(tmp_path / "x.txt"), suffixes=(".json",))
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        checks.output_dir("--out", str(tmp_path / "file"))
+    assert checks.output_dir("--out", str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
+    assert not (tmp_path / "a").exists()  # checking creates nothing

@@ -1,0 +1,150 @@
+"""Every command refuses bad values the same way: exit status 2, one `arjet CMD: error:` line naming the
+option (or the bad value), no traceback, and no model work: loading a model, training or serving fails the
+test. A few hundred random (option, bad value) pairs over generate, eval, domain-report, app and train."""
+
+import random
+
+import pytest
+
+from arjet.cli import main
+
+INTS = ["abc", "1.5", "nan", "", "0x10", "-1", str(-(2**70)), "1e3", "one"]
+FLOATS = ["abc", "nan", "inf", "-inf", "-1", "", "1e400", "1,5"]
+DEVICES = ["bogus", "cuda:99", "tpu", "", "cuda:x"]
+SPECS = ["warp", "sjd:window=0", "sjd:coupling=maybe", "sjd:acceptance=foo", "sjd:window=16,window=32",
+         "sjd:windw=3", "zipar:w=-1", "sjd2:window=1", "lantern:delta=nan", "sjd:", "sjd:window"]  # fmt: skip
+
+COMMANDS = {
+    "generate": {
+        "base": ["generate", "a red circle"],
+        "options": {
+            "--seed": INTS + [str(2**64)], "--num-images": INTS + ["0", "1000000000"],
+            "--height": INTS + ["0"], "--width": INTS + ["0"], "--top-k": INTS + ["0"],
+            "--guidance-scale": FLOATS, "--temperature": FLOATS, "--top-p": FLOATS + ["0", "2"],
+            "--device": DEVICES, "--dtype": ["float64", "int8"], "--sampler": SPECS,
+            "--out": [".", "x.nope", "x.psd", "/etc/passwd/x.png"],
+        },
+    },
+    "eval": {
+        "base": ["eval"],
+        "options": {
+            "--n": INTS + ["0"], "--batch-size": INTS + ["0", "100000"], "--height": INTS, "--width": INTS,
+            "--top-k": INTS, "--metric-batch-size": INTS + ["0"], "--grid-prompts": INTS + ["0"],
+            "--guidance-scale": FLOATS, "--temperature": FLOATS, "--top-p": FLOATS,
+            "--seeds": ["abc", "-1", "1-0", "0-99999999999", "1.5", ",", "0x1", str(2**63)],
+            "--samplers": SPECS, "--sampler": SPECS, "--device": DEVICES, "--dtype": ["float64"],
+            "--fid-features": ["bogus", "open_clip:x", "domain:/nonexistent", "inception:/nonexistent"],
+            "--clip-model": ["bogus", "open_clip:RN50", "domain:/nonexistent"],
+            "--prompts": ["nonexistent-set", "/nonexistent.txt"], "--reference-dir": ["/nonexistent/refs"],
+            "--out": ["/etc/passwd"],
+        },
+    },
+    "domain-report": {
+        "base": ["domain-report"],
+        "options": {
+            "--n": INTS + ["0", "1", "100000"], "--seed": INTS, "--guidance-scale": FLOATS,
+            "--temperature": FLOATS, "--top-p": FLOATS, "--top-k": INTS, "--sampler": SPECS, "--device": DEVICES,
+            "--json": [".", "x.txt"], "--grid": [".", "x.txt", "x.psd"],
+        },
+    },
+    "app": {
+        "base": ["app"],
+        "options": {
+            "--port": INTS + ["0", "70000"], "--max-queue": INTS + ["0"], "--time-limit": FLOATS + ["0"],
+            "--device": DEVICES, "--model": ["/nonexistent/model", "no-such-builtin"],
+        },
+    },
+    "train vq": {
+        "base": ["train", "vq"],
+        "options": {"--batch-size": INTS + ["0"], "--max-minutes": FLOATS + ["0"], "--lr": FLOATS + ["0"],
+                    "--codebook-size": INTS + ["0"], "--device": DEVICES, "--threads": INTS + ["0"]},
+    },
+    "train ar": {
+        "base": ["train", "ar"],
+        "options": {"--batch-size": INTS + ["0"], "--max-minutes": FLOATS, "--condition-dropout": FLOATS + ["1.5"],
+                    "--eval-every": INTS + ["0"], "--bf16": ["maybe", "2"], "--device": DEVICES},
+    },
+    "train clip": {
+        "base": ["train", "clip"],
+        "options": {"--batch-size": INTS, "--max-steps": INTS, "--vision": ["bogus"],
+                    "--vision-layers": ["x", "0"], "--eval-every": INTS, "--lr": FLOATS},
+    },
+    "train sjd2": {
+        "base": ["train", "sjd2"],
+        "options": {"--levels": INTS + ["0"], "--clean-share": FLOATS + ["2"], "--lora-rank": INTS,
+                    "--max-minutes": FLOATS, "--bf16": ["maybe"]},
+    },
+}  # fmt: skip
+
+
+class ModelWork(BaseException):
+    """Raised by every loader, trainer and server: `main` must never get that far with a bad value."""
+
+
+@pytest.fixture
+def no_model_work(monkeypatch, tmp_path):
+    def refuse(*args, **kwargs):
+        raise ModelWork("reached model work with a bad value")
+
+    import arjet.app.ui
+    import arjet.commands.common
+    import arjet.commands.generate
+    import arjet.eval.runner
+    import arjet.pipelines.base
+    import arjet.train.ar
+    import arjet.train.clip
+    import arjet.train.sjd2
+    import arjet.train.vq
+
+    for module, name in [
+        (arjet.commands.common, "load_pipeline"),
+        (arjet.commands.generate, "load_pipeline"),
+        (arjet.eval.runner, "_load_pipeline"),
+        (arjet.app.ui, "build_demo"),
+        (arjet.app.ui, "serve"),
+        (arjet.train.vq, "train_vq"),
+        (arjet.train.ar, "train_ar"),
+        (arjet.train.clip, "train_clip"),
+        (arjet.train.sjd2, "train_sjd2"),
+    ]:
+        monkeypatch.setattr(module, name, refuse)
+    monkeypatch.setattr(arjet.pipelines.base.BaseARPipeline, "from_pretrained", classmethod(refuse))
+    monkeypatch.chdir(tmp_path)  # relative outputs land in the test's folder
+
+
+def _cases(count: int, seed: int = 16) -> list[tuple[str, str, str]]:
+    rng = random.Random(seed)
+    commands = sorted(COMMANDS)
+    cases = []
+    for _ in range(count):
+        command = rng.choice(commands)
+        option = rng.choice(sorted(COMMANDS[command]["options"]))
+        cases.append((command, option, rng.choice(COMMANDS[command]["options"][option])))
+    return cases
+
+
+def test_fuzz_every_command_refuses_bad_values_cleanly_before_any_work(no_model_work, tmp_path, capsys):
+    for command, option, value in _cases(300):
+        argv = [*COMMANDS[command]["base"], option, value]
+        if command == "eval" and option != "--out":
+            argv += ["--out", str(tmp_path / "run")]
+        code = main(argv)
+        error = capsys.readouterr().err
+        case = f"{argv}: {error!r}"
+        assert code == 2, case
+        lines = [line for line in error.splitlines() if line.startswith(f"arjet {command}: error: ")]
+        assert len(lines) == 1 and "Traceback" not in error, case
+        named = option in lines[0] or option.strip("-").replace("-", "_") in lines[0]
+        named = named or (
+            command == "eval" and option in ("--samplers", "--sampler") and "sampler" in lines[0]
+        )
+        named = named or ("sampler" in option and "sampler" in lines[0])
+        assert named or (len(value) >= 3 and value in lines[0]), case
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_and_a_missing_command_exit_like_argparse(capsys):
+    assert main(["--help"]) == 0
+    assert main([]) == 2
+    assert main(["generate"]) == 2  # no prompt
+    assert "arjet generate: error: the following arguments are required: prompt" in capsys.readouterr().err
