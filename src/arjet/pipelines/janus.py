@@ -15,7 +15,7 @@ from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
-from ..session.decoder import LlamaStackDecoder
+from ..session.decoder import LlamaStackDecoder, fast_linear
 from ..session.noise import NoiseConditioning
 from ..text_tokenizer import build_word_tokenizer
 from ..tokenizers.janus import JanusVQTokenizer
@@ -37,6 +37,8 @@ class JanusAdapter:
         self.model = model
         self.num_layers = model.config.text_config.num_hidden_layers
         self.code_vocab_size = model.config.vq_config.num_embeddings
+        head = model.model.generation_head
+        self._head = (fast_linear(head.proj_out), head.activation_fn, fast_linear(head.vision_head))
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.get_input_embeddings()(ids)
@@ -50,7 +52,9 @@ class JanusAdapter:
         )
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.model.generation_head(hidden)
+        """The generation head (`JanusVQVAEHead`: projection, activation, vision head), over packed weights."""
+        project, activation, vision_head = self._head
+        return vision_head(activation(project(hidden)))
 
     def static_decoder(self) -> LlamaStackDecoder:
         return LlamaStackDecoder(self.model.model.language_model)

@@ -74,19 +74,59 @@ class CompiledDecoder:
         return self.decoder.new_cache(rows, capacity)
 
 
+PACK_LIMIT_BYTES = 1 << 30  # CPU: repack a stack's weights for oneDNN when they take at most this much
+
+
+@dataclass
+class _Projection:
+    """A linear layer's weight and bias, and on the CPU its weight repacked for oneDNN: the matrix-vector
+    products of decoding read a packed weight about twice as fast as the plain row-major one."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    packed: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+def _packed(weight: torch.Tensor) -> torch.Tensor:
+    """The oneDNN copy of `weight`, kept on the weight itself (so it lives as long as the weight) and made
+    again when the weight has changed since."""
+    cached = getattr(weight, "_arjet_packed", None)
+    if cached is None or cached[0] != weight._version:
+        with torch.no_grad():
+            cached = (weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 2))
+        weight._arjet_packed = cached
+    return cached[1]
+
+
+def _can_pack(weights: list[torch.Tensor]) -> bool:
+    first = weights[0]
+    return (
+        first.device.type == "cpu"
+        and first.dtype in (torch.float32, torch.bfloat16)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and sum(w.numel() * w.element_size() for w in weights) <= PACK_LIMIT_BYTES
+    )
+
+
 @dataclass
 class _Layer:
     attention_norm: nn.Module
-    q: nn.Linear
-    k: nn.Linear
-    v: nn.Linear
-    o: nn.Linear
+    q: _Projection
+    k: _Projection
+    v: _Projection
+    o: _Projection
     q_norm: nn.Module | None
     k_norm: nn.Module | None
     mlp_norm: nn.Module
-    gate: nn.Linear
-    up: nn.Linear
-    down: nn.Linear
+    gate: _Projection
+    up: _Projection
+    down: _Projection
     act: Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -95,7 +135,7 @@ class KVCache:
     keys: torch.Tensor  # [layers, rows, kv_heads, capacity, head_dim]
     values: torch.Tensor
     cos: torch.Tensor  # [capacity, head_dim] rotary tables by position
-    sin: torch.Tensor  # with the sign of rotate-half folded in: rotate_half(x) * sin == swap_halves(x) * sin
+    sin: torch.Tensor  # with rotate_half's sign folded in: rotate_half(x) * sin == x.roll(half) * this
 
 
 class LlamaStackDecoder:
@@ -114,25 +154,42 @@ class LlamaStackDecoder:
         first = backbone.layers[0].self_attn
         self.head_dim = first.head_dim
         self.scaling = first.scaling
-        self.layers = [self._layer(layer, qk_norm) for layer in backbone.layers]
+        linears = [
+            (
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                layer.self_attn.o_proj,
+                layer.mlp.gate_proj,
+                layer.mlp.up_proj,
+                layer.mlp.down_proj,
+            )
+            for layer in backbone.layers
+        ]
+        pack = _can_pack([linear.weight for group in linears for linear in group])
+        self.layers = [
+            self._layer(layer, [_projection(linear, pack) for linear in group], qk_norm)
+            for layer, group in zip(backbone.layers, linears, strict=True)
+        ]
         self.norm = backbone.norm
 
     @staticmethod
-    def _layer(layer: nn.Module, qk_norm: bool) -> _Layer:
-        attention, mlp = layer.self_attn, layer.mlp
+    def _layer(layer: nn.Module, projections: list[_Projection], qk_norm: bool) -> _Layer:
+        attention = layer.self_attn
+        q, k, v, o, gate, up, down = projections
         return _Layer(
             attention_norm=layer.input_layernorm,
-            q=attention.q_proj,
-            k=attention.k_proj,
-            v=attention.v_proj,
-            o=attention.o_proj,
+            q=q,
+            k=k,
+            v=v,
+            o=o,
             q_norm=attention.q_norm if qk_norm else None,
             k_norm=attention.k_norm if qk_norm else None,
             mlp_norm=layer.post_attention_layernorm,
-            gate=mlp.gate_proj,
-            up=mlp.up_proj,
-            down=mlp.down_proj,
-            act=mlp.act_fn,
+            gate=gate,
+            up=up,
+            down=down,
+            act=layer.mlp.act_fn,
         )
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
@@ -156,9 +213,9 @@ class LlamaStackDecoder:
         for i, layer in enumerate(self.layers):
             residual = x
             h = x if self.swin_norm else _rms_norm(layer.attention_norm, x)
-            q = _linear(layer.q, h).view(rows, m, self.num_heads, self.head_dim)
-            k = _linear(layer.k, h).view(rows, m, self.num_kv_heads, self.head_dim)
-            v = _linear(layer.v, h).view(rows, m, self.num_kv_heads, self.head_dim)
+            q = layer.q(h).view(rows, m, self.num_heads, self.head_dim)
+            k = layer.k(h).view(rows, m, self.num_kv_heads, self.head_dim)
+            v = layer.v(h).view(rows, m, self.num_kv_heads, self.head_dim)
             if layer.q_norm is not None:
                 q, k = _head_norm(layer.q_norm, q), _head_norm(layer.k_norm, k)
             q = _rotate(q.transpose(1, 2), cos, sin)
@@ -174,25 +231,29 @@ class LlamaStackDecoder:
                 scale=self.scaling,
                 enable_gqa=self.num_kv_heads != self.num_heads,
             )
-            h = _linear(layer.o, attended.transpose(1, 2).reshape(rows, m, -1))
+            h = layer.o(attended.transpose(1, 2).reshape(rows, m, -1))
             x = residual + (_rms_norm(layer.attention_norm, h) if self.swin_norm else h)
             residual = x
             h = x if self.swin_norm else _rms_norm(layer.mlp_norm, x)
-            h = _linear(layer.down, layer.act(_linear(layer.gate, h)) * _linear(layer.up, h))
+            h = layer.down(layer.act(layer.gate(h)) * layer.up(h))
             x = residual + (_rms_norm(layer.mlp_norm, h) if self.swin_norm else h)
         return _rms_norm(self.norm, x)
 
 
-def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, layer.weight, layer.bias)
+def _projection(linear: nn.Linear, pack: bool) -> _Projection:
+    return _Projection(linear.weight, linear.bias, _packed(linear.weight) if pack else None)
+
+
+def fast_linear(linear: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`linear` as a function, over a oneDNN-packed weight where that is faster (a small model on the CPU)."""
+    return _projection(linear, _can_pack([linear.weight]))
 
 
 def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """transformers' RMSNorm (statistics in float32, scaled in the input dtype), without the module call."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
-    normalized = F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon)
-    return norm.weight * normalized.to(x.dtype)
+    x32 = x.float()
+    scale = torch.rsqrt((x32 * x32).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * (x32 * scale).to(x.dtype)
 
 
 def _head_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -201,6 +262,5 @@ def _head_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, transformers' `x * cos + rotate_half(x) * sin` with the halves swapped by a view."""
-    swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
-    return torch.addcmul(x * cos, swapped, signed_sin)
+    """Rotary embedding, transformers' `x * cos + rotate_half(x) * sin`, with rotate_half's sign in the table."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
