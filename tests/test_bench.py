@@ -52,7 +52,7 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
         for key in ("forward_passes", "step_compression", "seconds", "latency_speedup", "peak_memory_mb"):
             assert key in row
     assert rows["ar"]["step_compression"] == 1.0 and rows["ar"]["forward_passes"] == grid[0] * grid[1]
-    lag = 2
+    lag = 1  # zipar:w=2 starts the next row after w - 1 codes (the Lumina-mGPT schedule)
     assert rows["zipar:w=2"]["forward_passes"] == (grid[0] - 1) * lag + grid[1]
     assert len(result["images"]) == 8 and {"prompt", "seed", "seconds", "floor_ms"} <= set(
         result["images"][0]

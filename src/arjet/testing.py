@@ -93,7 +93,12 @@ def tiny_pipeline(
     return pipe
 
 
-def _text_model_config(vocab: int, layers: int, **extra) -> dict:
+def _positions(grid: tuple[int, int]) -> int:
+    """Model positions: 512, or room for a large grid (row tokens included) and a prompt."""
+    return max(512, 2 * grid[0] * (grid[1] + 1) + 64)
+
+
+def _text_model_config(vocab: int, layers: int, positions: int = 512, **extra) -> dict:
     return dict(
         vocab_size=vocab,
         hidden_size=32,
@@ -101,7 +106,7 @@ def _text_model_config(vocab: int, layers: int, **extra) -> dict:
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=positions,
         **extra,
     )
 
@@ -123,7 +128,9 @@ def _janus(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: i
     config = JanusConfig(
         text_config=dict(
             model_type="llama",
-            **_text_model_config(len(tokenizer), layers, pad_token_id=tokenizer.pad_token_id),
+            **_text_model_config(
+                len(tokenizer), layers, _positions(grid), pad_token_id=tokenizer.pad_token_id
+            ),
         ),
         vision_config=dict(
             image_size=2 * side,
@@ -188,6 +195,7 @@ def _emu3(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: in
         text_config=_text_model_config(
             len(tokenizer),
             layers,
+            _positions(grid),
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -250,6 +258,7 @@ def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float, lay
         **_text_model_config(
             len(tokenizer),
             layers,
+            _positions(grid),
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,

@@ -99,7 +99,7 @@ LIMITS = [
         "window=10000 is larger than the 9 cells of this 3x3 grid; use window <= 16",
     ),
     (dict(sampler="sjd2:window=10000"), "use window <= 64"),
-    (dict(sampler="zipar:w=100000"), "w must be an integer from 1 to 16384"),
+    (dict(sampler="zipar:w=100000"), "w must be an integer from 2 to 16384"),
     (dict(sampler="zipar+sjd:window=100"), "window=100 is larger than the 9 cells"),
 ]
 

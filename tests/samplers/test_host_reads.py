@@ -119,4 +119,4 @@ def test_zipar_lane_slots_follow_the_schedule():
     from arjet.samplers.windows import lane_slots
 
     assert lane_slots(48, 48, 16) == 4 and lane_slots(48, 48, 48) == 1 and lane_slots(3, 48, 1) == 3
-    assert ZipAR(w=2).lag(4) == 2
+    assert ZipAR(w=2).lags((3, 4)) == [1, 1] and ZipAR(w=3, schedule="llamagen").lags((4, 4)) == [4, 3, 3]

@@ -72,7 +72,7 @@ def test_sjd_is_lossless_with_top_p(family):
 @pytest.mark.parametrize(
     "sampler",
     [SJD(window=4, init=init, coupling=coupling) for init in INIT_SCHEMES for coupling in (False, True)]
-    + [ZipAR(w=2), ZipAR(w=2, verify=SJD(window=3)), ZipAR(w=3, verify=SJD(window=2, coupling=True))],
+    + [ZipAR(w=2), ZipAR(w=3, verify=SJD(window=3)), ZipAR(w=3, verify=SJD(window=2, coupling=True))],
     ids=repr,
 )
 def test_one_image_at_a_time_decodes_exactly_as_in_a_batch(family, sampler):
@@ -97,14 +97,16 @@ def test_one_image_at_a_time_decodes_exactly_as_in_a_batch(family, sampler):
 @pytest.mark.parametrize(
     "sampler",
     [
-        ZipAR(w=3),
+        ZipAR(w=4),
         ZipAR(w=8),
-        ZipAR(w=3, verify=SJD(window=3)),
-        ZipAR(w=3, verify=SJD(window=2, coupling=True)),
+        ZipAR(w=4, verify=SJD(window=3)),
+        ZipAR(w=4, verify=SJD(window=2, coupling=True)),
+        ZipAR(w=3, schedule="llamagen"),
     ],
     ids=repr,
 )
-def test_zipar_with_w_at_least_the_width_is_ar(family, sampler):
+def test_zipar_whose_rows_wait_for_the_row_above_is_ar(family, sampler):
+    """A lag of at least the width (`w - 1 >= W`; LlamaGen's `w >= W`) is raster order: exactly `ar`."""
     pipe, exact = _setup(family)
     assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
 

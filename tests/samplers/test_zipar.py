@@ -17,16 +17,51 @@ def _pipe(family, num_layers=2):
     return tiny_pipeline(family, grid=grid, vocab_size=8, logit_scale=3.0, num_layers=num_layers), grid
 
 
-@pytest.mark.parametrize("w", [1, 2, 3, 4, 9])
-def test_forward_passes_follow_the_schedule(family, w):
+@pytest.mark.parametrize("w", [2, 3, 4, 5, 9])
+def test_forward_passes_follow_the_lumina_schedule(family, w):
+    """Row r+1's column c comes out of the forward that gives row r's column c + w - 1 (the prefill, forward 1,
+    gives cell 0)."""
     pipe, (height, width) = _pipe(family)
     out = pipe(["a red circle", "green star"], sampler=ZipAR(w=w), seed=0)
-    lag = min(w, width)
-    expected = (height - 1) * lag + width  # row r+1 starts w forwards after row r
+    lag = min(w - 1, width)
+    expected = (height - 1) * lag + width
     assert [s.forward_passes for s in out.stats] == [expected, expected]
     commit_step = out.stats[0].commit_step
     for row in range(height):
         assert commit_step[row].tolist() == [row * lag + 1 + col for col in range(width)]
+
+
+def test_forward_passes_follow_the_llamagen_schedule(family):
+    """Row 0 alone, row 1 once row 0 is complete, later rows `w` codes behind the row above."""
+    pipe, (height, width) = _pipe(family)
+    out = pipe("a red circle", sampler=ZipAR(w=2, schedule="llamagen"), seed=0)
+    commit_step = out.stats[0].commit_step
+    assert commit_step[0].tolist() == [1 + col for col in range(width)]
+    for row in range(1, height):
+        assert commit_step[row].tolist() == [1 + width + (row - 1) * 2 + col for col in range(width)]
+    assert out.stats[0].forward_passes == (height - 2) * 2 + 2 * width
+
+
+@pytest.mark.parametrize(
+    ("grid", "sampler", "forwards"),
+    [
+        ((48, 48), ZipAR(w=16), 753),  # the official Lumina-mGPT script's count for its 768-px grid
+        ((24, 24), ZipAR(w=8, schedule="llamagen"), 224),  # the official LlamaGen script's 384-px grid
+        ((16, 16), ZipAR(), 121),  # the built-in model's grid at the default w = 8
+    ],
+    ids=["lumina-48x48-w16", "llamagen-24x24-w8", "default-16x16"],
+)
+def test_forward_counts_of_the_official_scripts(grid, sampler, forwards):
+    pipe = tiny_pipeline("janus", grid=grid, vocab_size=8, num_layers=1)
+    out = pipe("a red circle", sampler=sampler, seed=0, output_type="latent")
+    assert out.stats[0].forward_passes == forwards
+    assert (out.codes >= 0).all()
+
+
+def test_default_window_size_follows_the_grid_width():
+    assert ZipAR().window_size(48) == 16 and ZipAR().window_size(90) == 16 and ZipAR().window_size(32) == 8
+    with pytest.raises(ValueError, match="schedule must be one of lumina, llamagen"):
+        ZipAR(schedule="spiral")
 
 
 class _Spy:
@@ -66,7 +101,14 @@ def _visible_inputs(cells, codes, ephemeral, group, query: int) -> dict[int, int
 
 
 @pytest.mark.parametrize(
-    "sampler", [ZipAR(w=2), ZipAR(w=2, verify=SJD(window=3)), SJD(window=3, init="repeat_vertical")], ids=repr
+    "sampler",
+    [
+        ZipAR(w=3),
+        ZipAR(w=3, verify=SJD(window=3)),
+        ZipAR(w=2, schedule="llamagen"),
+        SJD(window=3, init="repeat_vertical"),
+    ],
+    ids=repr,
 )
 def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, monkeypatch):
     """Compare every query with a full forward over exactly what it may see: the cells decoded before the
@@ -115,7 +157,7 @@ def test_verified_zipar_rows_advance_by_windows(family):
     assert verified.stats[0].tokens == grid[0] * grid[1]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+@pytest.mark.parametrize("bad", [0, 1, -1, 2.5, True])
 def test_bad_window_size_is_rejected(bad):
-    with pytest.raises(ValueError, match="w must be an integer >= 1"):
+    with pytest.raises(ValueError, match="w must be an integer >= 2"):
         ZipAR(w=bad)

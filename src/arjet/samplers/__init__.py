@@ -14,14 +14,14 @@ from typing import Any
 from .ar import AR
 from .base import DecodeStats, DecodeTrace, Interrupted, Sampler
 from .drafts import INIT_SCHEMES
-from .lantern import Lantern
+from .lantern import BOUNDS, Lantern
 from .policy import LogitsPolicy, LogitsProcessor, Temperature, TopK, TopP
 from .random import ImageRandom, sample
 from .schema import MAX_SIZE, Option, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
 from .speculative import AcceptanceRule, Exact
-from .zipar import ZipAR
+from .zipar import SCHEDULES, ZipAR
 
 _REGISTRY: dict[str, Callable[..., Sampler]] = {}
 _OPTIONS: dict[str, tuple[Option, ...] | None] = {}
@@ -90,8 +90,14 @@ def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
     return specs
 
 
-def _lantern(k: int = 1000, delta: float = 0.1, lam: float | None = None, top: int = 8, **sjd: Any) -> SJD:
-    bound = sjd.pop("bound", "draft")
+def _lantern(
+    k: int = 1000,
+    delta: float = 0.1,
+    lam: float | None = None,
+    bound: str = "draft",
+    top: int = 8,
+    **sjd: Any,
+) -> SJD:
     return SJD(acceptance=Lantern(k=k, delta=delta, lam=lam, bound=bound, top=top), **sjd)
 
 
@@ -103,12 +109,12 @@ def _mc_sjd(acceptance: str = "exact", **sjd: Any) -> SJD:
     return SJD(acceptance=ACCEPTANCE_RULES[acceptance](), coupling=True, **sjd)
 
 
-def _zipar_sjd(w: int | None = None, **sjd: Any) -> ZipAR:
-    return ZipAR(w=w, verify=_sjd(**sjd))
+def _zipar_sjd(w: int | None = None, schedule: str = "lumina", **sjd: Any) -> ZipAR:
+    return ZipAR(w=w, schedule=schedule, verify=_sjd(**sjd))
 
 
-def _zipar_lantern(w: int | None = None, **lantern: Any) -> ZipAR:
-    return ZipAR(w=w, verify=_lantern(**lantern))
+def _zipar_lantern(w: int | None = None, schedule: str = "lumina", **lantern: Any) -> ZipAR:
+    return ZipAR(w=w, schedule=schedule, verify=_lantern(**lantern))
 
 
 ACCEPTANCE_RULES: dict[str, Callable[[], AcceptanceRule]] = {"exact": Exact, "lantern": Lantern}
@@ -124,13 +130,31 @@ ACCEPTANCE = Option(
     choices=tuple(ACCEPTANCE_RULES),
 )
 W = Option(
-    "w", int, None, "codes row r needs before row r+1 starts (none: half the width)", 1, MAX_SIZE, none=True
+    "w",
+    int,
+    None,
+    "ZipAR's window size: row r+1 starts once row r has w-1 codes (llamagen schedule: w); none: 16 on "
+    "grids wider than 32, else 8",
+    2,
+    MAX_SIZE,
+    none=True,
+)
+SCHEDULE = Option(
+    "schedule", str, "lumina", "whose row schedule: lumina (the paper's) or llamagen", choices=SCHEDULES
 )
 LANTERN = (
     Option("k", int, 1000, "nearest codebook neighbours a draft may claim", 1, MAX_SIZE),
-    Option("delta", float, 0.1, "total-variation budget per token", 0.0, 1.0),
+    Option("delta", float, 0.1, "probability mass a draft may claim from its neighbours", 0.0, 1.0),
     Option("lam", float, None, "LANTERN++'s p'(x) <= lam * p(x), instead of delta", 1.0, 1e6, none=True),
-    Option("top", int, 8, "the proposal's most likely codes the relaxation considers", 1, MAX_SIZE),
+    Option(
+        "bound",
+        str,
+        "draft",
+        "draft: LANTERN as published (delta bounds each draft's relaxed target); tv: delta bounds every "
+        "committed token's total variation",
+        choices=BOUNDS,
+    ),
+    Option("top", int, 8, "the proposal's most likely codes the bound=tv mixture covers", 1, MAX_SIZE),
 )
 SJD_OPTIONS = (WINDOW, INIT, COUPLING, ACCEPTANCE)
 
@@ -155,9 +179,9 @@ register(
 )
 register("mc-sjd", _mc_sjd, (WINDOW, INIT, ACCEPTANCE))
 register("lantern", _lantern, (*LANTERN, WINDOW, INIT, COUPLING))
-register("zipar", ZipAR, (W,))
-register("zipar+sjd", _zipar_sjd, (W, *SJD_OPTIONS))
-register("zipar+lantern", _zipar_lantern, (W, *LANTERN, WINDOW, INIT, COUPLING))
+register("zipar", ZipAR, (W, SCHEDULE))
+register("zipar+sjd", _zipar_sjd, (W, SCHEDULE, *SJD_OPTIONS))
+register("zipar+lantern", _zipar_lantern, (W, SCHEDULE, *LANTERN, WINDOW, INIT, COUPLING))
 
 __all__ = [
     "AR",

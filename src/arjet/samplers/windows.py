@@ -45,20 +45,23 @@ class WindowConfig:
 @dataclass
 class Lanes:
     """Lane `r` covers cells `starts[r] <= c < ends[r]` and may start once lane `r - 1` has committed
-    `lag` codes or is complete."""
+    `lags[r - 1]` codes or is complete."""
 
     starts: torch.Tensor  # [R]
     ends: torch.Tensor  # [R], exclusive
-    lag: int
+    lags: list[int]  # [R - 1]
 
     @classmethod
     def whole_image(cls, cells: int) -> Lanes:
-        return cls(torch.tensor([0]), torch.tensor([cells]), lag=0)
+        return cls(torch.tensor([0]), torch.tensor([cells]), lags=[])
 
     @classmethod
-    def rows(cls, grid: tuple[int, int], lag: int) -> Lanes:
+    def rows(cls, grid: tuple[int, int], lags: int | list[int]) -> Lanes:
         starts = torch.arange(grid[0]) * grid[1]
-        return cls(starts, starts + grid[1], lag=lag)
+        lags = [lags] * (grid[0] - 1) if isinstance(lags, int) else list(lags)
+        if len(lags) != grid[0] - 1:
+            raise ValueError(f"{grid[0]} rows need {grid[0] - 1} lags, got {len(lags)}")
+        return cls(starts, starts + grid[1], lags=lags)
 
     def steps_one_cell_each(self) -> int:
         """Forwards after the prefill when every running lane commits exactly one cell per forward (plain
@@ -69,7 +72,9 @@ class Lanes:
 
         def start_next() -> None:
             above = len(n) - 1
-            if len(n) < len(starts) and (n[above] - starts[above] >= self.lag or n[above] >= ends[above]):
+            if len(n) < len(starts) and (
+                n[above] - starts[above] >= self.lags[above] or n[above] >= ends[above]
+            ):
                 n.append(starts[len(n)])
 
         start_next()
@@ -99,13 +104,14 @@ class WindowDecoder:
     ):
         self.session, self.policy, self.rng, self.trace, self.config = session, policy, rng, trace, config
         batch, device = session.batch_size, session.device
-        self.lag = lanes.lag
         self.window = window = config.window
         self.slots = window - 1
         self.width = session.grid[1]
         count = len(lanes.starts)
         self.count = count
-        self.lane_slots = slots = lane_slots(count, self.width, lanes.lag)
+        self.lane_slots = slots = lane_slots(count, self.width, min(lanes.lags, default=self.width))
+        # codes lane r - 1 needs before lane r starts (lane 0 needs none)
+        self.lane_lag = torch.tensor([0, *lanes.lags, 0], device=device)
         # per lane, plus a padding lane (index `count`) that is empty: start = end = 0
         self.lane_start = torch.cat([lanes.starts, lanes.starts.new_zeros(1)]).to(device)
         self.lane_end = torch.cat([lanes.ends, lanes.ends.new_zeros(1)]).to(device)
@@ -215,14 +221,13 @@ class WindowDecoder:
 
     # -- lanes and drafts ----------------------------------------------------------------------------
     def _start_lane(self) -> torch.Tensor:
-        """Start the next lane of each image when the lane above has `lag` codes (or is complete) and the
-        lane's slot is free; returns `[B, A]` the slots that took a new lane."""
+        """Start the next lane of each image when the lane above has the lane's lag in codes (or is complete)
+        and the lane's slot is free; returns `[B, A]` the slots that took a new lane."""
         lane = self.next_lane  # [B, 1]
         above = (lane - 1).clamp(min=0)
         n_above = self.n.gather(1, above % self.lane_slots)
-        ready = (
-            (lane == 0) | (n_above - self.lane_start[above] >= self.lag) | (n_above >= self.lane_end[above])
-        )
+        lag = self.lane_lag[lane.clamp(max=self.count)]
+        ready = (lane == 0) | (n_above - self.lane_start[above] >= lag) | (n_above >= self.lane_end[above])
         slot = lane % self.lane_slots
         held = self.row.gather(1, slot)
         free = (self.n.gather(1, slot) >= self.lane_end[held]) & ~self._needs_flush().gather(1, slot)
@@ -286,8 +291,9 @@ class WindowDecoder:
 
 
 def lane_slots(lanes: int, width: int, lag: int) -> int:
-    """Lanes running at once in plain ZipAR (each takes `width` forwards and one more to flush its last code,
-    and a new one starts every `lag` forwards): `ceil(width / lag) + 1`, one when rows run one after another."""
+    """Lanes running at once in plain ZipAR with the smallest `lag` (each takes `width` forwards and one more
+    to flush its last code, and a new one starts every `lag` forwards): `ceil(width / lag) + 1`, one when
+    rows run one after another."""
     if lag >= width:
         return 1
     return min(lanes, -(-width // max(lag, 1)) + 1)
