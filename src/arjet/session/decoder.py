@@ -66,6 +66,8 @@ class CompiledDecoder:
     width and attention span). Keep one per pipeline: compiling is slow, replaying is not."""
 
     def __init__(self, decoder: StaticDecoder, **options):
+        if isinstance(decoder, LlamaStackDecoder):
+            decoder.unpack()  # inductor lays out weights itself; it cannot take packed copies as inputs
         self.decoder = decoder
         self.reads_span_only = decoder.reads_span_only
         self.forward = torch.compile(decoder.forward, dynamic=False, **options)
@@ -80,14 +82,15 @@ PACK_LIMIT_BYTES = 1 << 30  # CPU: repack a stack's weights for oneDNN when they
 @dataclass
 class _Projection:
     """A linear layer's weight and bias, and on the CPU its weight repacked for oneDNN: the matrix-vector
-    products of decoding read a packed weight about twice as fast as the plain row-major one."""
+    products of decoding read a packed weight about twice as fast as the plain row-major one. The packed
+    copy is for inference only (it has no gradient): with gradients on, the layer's own weight is used."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
     packed: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
+        if self.packed is not None and not torch.is_grad_enabled():
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
@@ -191,6 +194,12 @@ class LlamaStackDecoder:
             down=down,
             act=layer.mlp.act_fn,
         )
+
+    def unpack(self) -> None:
+        """Use the layers' own weights (no oneDNN copies) from now on."""
+        for layer in self.layers:
+            for projection in (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down):
+                projection.packed = None
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         weight = self.layers[0].q.weight
