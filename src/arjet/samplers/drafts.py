@@ -5,6 +5,9 @@
 whose neighbour is unknown falls back to the next simpler one and finally to a uniform random code, so
 no scheme ever degrades silently for lack of a grid width: the width comes from the session.
 
+The left neighbour of a row's first cell is the previous row's last cell (the official SJD code draws a
+random code there instead); on the built-in model the wrap needs fewer forwards (see README).
+
 `initial_draft` guesses independent cells; `fill_drafts` guesses a lane's fresh slots all at once, where a
 slot's neighbour may itself be a fresh slot of the same lane (its guess is then the neighbour's guess:
 `repeat_horizontal` repeats the last known code along the run). It resolves those chains by pointer
