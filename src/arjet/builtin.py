@@ -38,17 +38,20 @@ def load(name: str = DEFAULT_MODEL, **kwargs: Any):
     return load_model(str(model_path(name)), **kwargs)
 
 
-def load_model(name_or_path: str | None, **kwargs: Any):
+def load_model(name_or_path: str | None, *, device: str | None = None, dtype: Any = None, **kwargs: Any):
     """A pipeline for a CLI-style `--model`: a built-in name (the default model when None), a checkpoint
-    folder or a hub id. Built-in weights load as float32 unless `dtype=` is given."""
-    import torch
-
+    folder or a hub id, moved to `device` when given. `dtype`: a torch dtype or its name (`float32`,
+    `bfloat16`, `float16`); default the checkpoint's, float32 for built-in weights."""
     from .pipelines import ARPipeline
+    from .pipelines.loading import torch_dtype
 
     path = resolve_model(name_or_path)
-    if Path(path).resolve().parent == assets_dir().resolve():
-        kwargs.setdefault("dtype", torch.float32)
-    return ARPipeline.from_pretrained(path, **kwargs)
+    if dtype is None and Path(path).resolve().parent == assets_dir().resolve():
+        dtype = "float32"
+    if dtype is not None:
+        kwargs["dtype"] = torch_dtype(dtype)
+    pipe = ARPipeline.from_pretrained(path, **kwargs)
+    return pipe if device is None else pipe.to(device)
 
 
 def resolve_model(name_or_path: str | None) -> str:

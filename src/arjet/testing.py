@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from .limits import Limits
-from .text_tokenizer import build_word_tokenizer
+from .pipelines.text_tokenizer import build_word_tokenizer
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt")
 TINY_LIMITS = Limits(max_images_per_call=100_000)
@@ -232,7 +232,7 @@ def _lumina_mgpt(grid: tuple[int, int], vocab_size: int, logit_scale: float, lay
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     from .pipelines.lumina_mgpt import LuminaMGPTPipeline, image_token_name
-    from .tokenizers.chameleon_vqgan import ChameleonVQGAN
+    from .vq.chameleon_vqgan import ChameleonVQGAN
 
     # the tiny VQGAN downsamples 32x, so one code is one 32-px Lumina grid unit and any grid is allowed
     size_tokens = [f"<reserved{8800 + n:05d}>" for n in range(1, max(grid) + 1)]

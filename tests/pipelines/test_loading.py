@@ -155,3 +155,20 @@ def test_lumina_resolution_is_read_from_a_released_checkpoints_name(tmp_path, mo
     loaded = arjet.ARPipeline.from_pretrained("Alpha-VLLM/Lumina-mGPT-7B-1024")
     assert loaded.config.resolution == 1024 and loaded.default_size() == (1024, 1024)
     assert fake.calls == [("Alpha-VLLM/Lumina-mGPT-7B-1024", {"local_files_only": True})]
+
+
+def test_a_folder_saved_before_the_image_tokenizers_moved_still_loads(tmp_path):
+    """Saved pipelines name their components' modules; `arjet.tokenizers` is `arjet.vq` today."""
+    pipe = tiny_pipeline("lumina_mgpt", grid=(2, 2), vocab_size=6)
+    pipe.save_pretrained(tmp_path)
+    index = json.loads((tmp_path / "model_index.json").read_text())
+    assert index["vqgan"] == ["arjet.vq.chameleon_vqgan", "ChameleonVQGAN"]
+    index["vqgan"] = ["arjet.tokenizers.chameleon_vqgan", "ChameleonVQGAN"]  # as saved by arjet 0.1
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    loaded = arjet.ARPipeline.from_pretrained(str(tmp_path))
+    assert type(loaded.vqgan).__module__ == "arjet.vq.chameleon_vqgan"
+    loaded.set_progress_bar_config(disable=True)
+    pipe.set_progress_bar_config(disable=True)
+    assert torch.equal(loaded("a red circle", seed=0).codes, pipe("a red circle", seed=0).codes)
+    assert loading.current_module("arjet.tokenizers") == "arjet.vq"
+    assert loading.current_module("arjet.session.noise") == "arjet.session.noise"

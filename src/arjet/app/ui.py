@@ -28,6 +28,7 @@ from ..limits import DEMO_LIMITS
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
 from ..reports.plots import commit_step_maps
+from ..reports.tables import markdown_table, number, ratio
 from .live import TimeBudgetExceeded, stream_decode
 from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
 
@@ -67,9 +68,7 @@ class ModelShelf:
             raise ValueError(f"Unknown model {label!r}; choose one of {', '.join(self.sources)}.")
         with self._lock:
             if label not in self._loaded:
-                pipe = load_model(self.sources[label])
-                if self.device:
-                    pipe = pipe.to(self.device)
+                pipe = load_model(self.sources[label], device=self.device)
                 pipe.set_progress_bar_config(disable=True)
                 pipe.limits = DEMO_LIMITS
                 self._loaded[label] = pipe
@@ -262,15 +261,19 @@ def _heat_map(outputs: Mapping[str, ARPipelineOutput], request: DecodeRequest) -
 
 
 def _stats_table(outputs: Mapping[str, ARPipelineOutput], runs: list[str]) -> str:
-    lines = [
-        "| sampler | forward passes | codes | step compression | seconds |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for spec in runs:
-        stat = outputs[spec].stats[0]
-        lines.append(
-            f"| `{spec}` | {stat.forward_passes} | {stat.tokens} | {stat.compression:.2f}x | {stat.seconds:.2f} |"
+    header = ("sampler", "forward passes", "codes", "step compression", "seconds")
+    rows = [
+        (
+            f"`{spec}`",
+            str(stat.forward_passes),
+            str(stat.tokens),
+            ratio(stat.compression),
+            number(stat.seconds),
         )
+        for spec in runs
+        for stat in outputs[spec].stats[:1]
+    ]
+    lines = [markdown_table(header, rows, numeric=(False, True, True, True, True))]
     if "ar" in outputs and len(runs) > 1:
         ours, ar = outputs[runs[0]].stats[0], outputs["ar"].stats[0]
         lines.append(

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from ..bench import environment
 from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio
 from .atomic import atomic_target, write_text
 from .scoring import SamplerResult, load_images
 from .settings import EvalSettings
+from .speed import environment
 
 PLOTS_DIR = "plots"
 HEADER = (

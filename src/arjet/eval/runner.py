@@ -37,8 +37,9 @@ from .. import samplers as sampler_registry
 from ..pipelines.base import check_sampling_options
 from .atomic import remove_temporaries, save_image
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
-from .scoring import MetricOptions, score_run, speed_summaries
+from .scoring import MetricOptions, score_run
 from .settings import EvalSettings, check_out_dir, write_config
+from .speed import speed_summaries
 
 CRASH_VARIABLE = "ARJET_EVAL_CRASH_AFTER"
 IMAGES_DIR = "images"
@@ -193,10 +194,8 @@ def wait_for_everyone(state) -> None:
 
 def _load_pipeline(settings: EvalSettings, device: torch.device | str):
     from ..builtin import load_model
-    from ..commands.common import DTYPES
 
-    kwargs = {"dtype": DTYPES[settings.dtype]} if settings.dtype else {}
-    pipe = load_model(settings.model, **kwargs).to(device)
+    pipe = load_model(settings.model, device=device, dtype=settings.dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

@@ -15,11 +15,11 @@ from typing import Any
 import PIL.Image
 import torch
 
-from ..bench import summarise
 from .clip import load_clip, parse_clip_spec
 from .features import check_feature_spec, load_feature_network
 from .metrics import clip_scores, frechet_distance, reference_statistics
 from .reference import ReferenceSource
+from .speed import speed_summaries
 
 
 @dataclass
@@ -43,13 +43,6 @@ class MetricOptions:
             self.reference.check()
         if self.clip_model is not None:
             parse_clip_spec(self.clip_model).check()
-
-
-def speed_summaries(samplers: Sequence[str], records: Sequence[dict[str, Any]]):
-    """Per sampler with records: mean forward passes, seconds, accepted per step, and the ratios against
-    `ar` (None without it) — the same figures as `arjet bench`."""
-    present = [spec for spec in samplers if any(r["sampler"] == spec for r in records)]
-    return summarise(present, list(records), {spec: None for spec in present})
 
 
 @dataclass

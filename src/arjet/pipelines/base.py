@@ -26,8 +26,8 @@ from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, Logit
 from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.session import default_decoder
-from ..tokenizers.base import ImageTokenizer
-from .loading import checkpoint_kind, resolve_checkpoint
+from ..vq.base import ImageTokenizer
+from .loading import checkpoint_kind, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
@@ -121,6 +121,14 @@ class BaseARPipeline(DiffusionPipeline):
                 f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
             )
         return cls(**cls.components_from_transformers(folder, **kwargs))
+
+    @classmethod
+    def load_config(cls, *args: Any, **kwargs: Any):
+        """diffusers' reader of `model_index.json`, with components whose arjet module has moved since the
+        folder was saved (`arjet.tokenizers.*` is `arjet.vq.*` today) read at their new place."""
+        loaded = super().load_config(*args, **kwargs)
+        update_module_paths(loaded[0] if isinstance(loaded, tuple) else loaded)
+        return loaded
 
     @classmethod
     def components_from_transformers(

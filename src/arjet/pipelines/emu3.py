@@ -15,7 +15,7 @@ from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
-from ..tokenizers.emu3 import Emu3VQTokenizer
+from ..vq.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows
 from .vocab_adapter import VocabularyCodeAdapter

@@ -17,8 +17,8 @@ from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder, fast_linear
 from ..session.noise import NoiseConditioning
-from ..text_tokenizer import build_word_tokenizer
-from ..tokenizers.janus import JanusVQTokenizer
+from .text_tokenizer import build_word_tokenizer
+from ..vq.janus import JanusVQTokenizer
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows
 

@@ -1,4 +1,6 @@
-"""Finding a checkpoint on disk: a local folder, or a hub id already in the Hugging Face cache."""
+"""Finding a checkpoint on disk (a local folder, or a hub id already in the Hugging Face cache), the dtypes
+and the device a pipeline loads onto. Light on purpose: the command line checks `--model` and `--dtype`
+with these before torch is imported."""
 
 from __future__ import annotations
 
@@ -9,6 +11,14 @@ from typing import Any
 
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError
+
+# the dtypes a pipeline loads in, by name (`torch_dtype` gives the torch object)
+DTYPES = ("float32", "bfloat16", "float16")
+
+# arjet modules that have moved since pipelines were first saved: a saved folder's model_index.json names the
+# module of each component (`["arjet.tokenizers.chameleon_vqgan", "ChameleonVQGAN"]`), so the old names are
+# read as the new ones and older folders keep loading
+MOVED_MODULES = {"arjet.tokenizers": "arjet.vq", "arjet.text_tokenizer": "arjet.pipelines.text_tokenizer"}
 
 
 def resolve_checkpoint(
@@ -68,3 +78,37 @@ def checkpoint_kind(folder: Path) -> tuple[str, str]:
         f"{folder} holds neither model_index.json (a saved arjet pipeline) nor config.json (a transformers "
         "checkpoint); point from_pretrained at the folder that contains one of them"
     )
+
+
+def current_module(path: str) -> str:
+    """`path` (a module named in a saved model_index.json) at its place today (`MOVED_MODULES`)."""
+    for old, new in MOVED_MODULES.items():
+        if path == old or path.startswith(old + "."):
+            return new + path[len(old) :]
+    return path
+
+
+def update_module_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline config (model_index.json) with every component's `[module, class]` at today's module."""
+    for value in config.values():
+        if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+            value[0] = current_module(value[0])
+    return config
+
+
+def torch_dtype(dtype: Any) -> Any:
+    """`dtype` as a torch dtype: a name from `DTYPES` or a torch dtype (None stays None: the checkpoint's)."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (or a torch.dtype), got {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def default_device() -> str:
+    """`cuda` when a CUDA GPU is present, else `cpu`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -7,7 +7,7 @@ Lumina's item processor): `<s>Generate an image of {W}x{H} according to the foll
 units (`<reserved{8800+n}>`), rows of codes each closed by `<reserved08799>`, and `<eoss>`. Image codes
 are the `IMGIMG...Z` tokens of the Chameleon vocabulary. CFG is batched as in SJD / Lumina-mGPT 2.0: the
 unconditional row holds the same tokens with the prompt hidden except its last token. The VQGAN decoder
-is arjet's own (`arjet.tokenizers.ChameleonVQGAN`), since transformers ships only the encoder.
+is arjet's own (`arjet.vq.ChameleonVQGAN`), since transformers ships only the encoder.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocab
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
-from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
+from ..vq.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows
 

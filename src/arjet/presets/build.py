@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..pipelines.base import BaseARPipeline
-from ..text_tokenizer import build_word_tokenizer
+from ..pipelines.text_tokenizer import build_word_tokenizer
 from .meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
 from .table import DecoderDims, Preset, get_preset
 
@@ -243,7 +243,7 @@ def _lumina_mgpt(preset: Preset, size: tuple[int, int]):
         image_token_name,
         size_token_name,
     )
-    from ..tokenizers.chameleon_vqgan import ChameleonVQGAN
+    from ..vq.chameleon_vqgan import ChameleonVQGAN
 
     # one size token per 32-px unit up to the longest side the pipeline allows (aspect ratio 4 at full area)
     longest = 2 * preset.default_size // GRID_UNIT

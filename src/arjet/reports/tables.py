@@ -1,4 +1,5 @@
-"""Markdown tables."""
+"""Markdown tables: the one writer behind `arjet bench`, `arjet eval`'s report and the demo's stats, and the
+cell formats they share (`n/a` where there is nothing to show)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric
     return "\n".join("| " + " | ".join(str(cell) for cell in line) + " |" for line in lines)
 
 
-def ratio(value: float | None) -> str:
+def ratio(value: float | None, digits: int = 2) -> str:
     """`2.13x`, or `n/a` when there is nothing to compare with."""
-    return "n/a" if value is None else f"{value:.2f}x"
+    return "n/a" if value is None else f"{value:.{digits}f}x"
 
 
 def number(value: float | None, digits: int = 2) -> str:
+    """`value` with `digits` decimals, or `n/a`."""
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def significant(value: float | None, digits: int = 3) -> str:
+    """`value` to `digits` significant digits (`0.0123`, `45.6`), or `n/a`."""
+    return "n/a" if value is None else f"{value:.{digits}g}"

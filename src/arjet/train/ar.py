@@ -118,7 +118,7 @@ def encode_split(
     from tqdm.auto import tqdm
 
     from ..data import ShapesDataset
-    from ..tokenizers.janus import JanusVQTokenizer
+    from ..vq.janus import JanusVQTokenizer
 
     tokenizer = JanusVQTokenizer(vq)
     dataset = ShapesDataset(split, size=tokenizer.grid[0] * tokenizer.downsample, length=count)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers.processors import TemplateProcessing
 
-from ..text_tokenizer import build_word_tokenizer
+from ..pipelines.text_tokenizer import build_word_tokenizer
 from .options import add_config_arguments, append_jsonl, require_folder, run_stage
 
 PAD, EOS = "<pad>", "</s>"

@@ -3,7 +3,7 @@
 transformers ships only the encoder half (`ChameleonVQVAE`), so arjet has its own module. The architecture
 is the taming-transformers VQGAN (GroupNorm(32, eps=1e-6) + swish resnet blocks, a single-head attention
 block in the middle, 2x down/up sampling between levels) and the parameter names are the keys of Meta's
-`vqgan.ckpt`, so that checkpoint loads unchanged (see `arjet.tokenizers.convert`).
+`vqgan.ckpt`, so that checkpoint loads unchanged (see `arjet.vq.convert`).
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class VectorQuantizer(nn.Module):
 
 
 class ChameleonVQGAN(ModelMixin, ConfigMixin):
-    """Chameleon / Lumina-mGPT 1.x VQGAN implementing `arjet.tokenizers.ImageTokenizer`.
+    """Chameleon / Lumina-mGPT 1.x VQGAN implementing `arjet.vq.ImageTokenizer`.
 
     The arguments are those of Meta's `vqgan.yaml` (`model.params.ddconfig` plus `n_embed` and
     `embed_dim`); the defaults are the released tokenizer's: 8192 codes of width 256, 16x downsampling.

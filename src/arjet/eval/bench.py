@@ -4,13 +4,13 @@ Step compression (AR forward passes / sampler forward passes) is hardware-free; 
 measured in the same run, so both columns compare like with like. Each sampler runs once untimed first
 (warm-up), then the images are generated one at a time, samplers interleaved per prompt so that drift
 in machine load hits every sampler alike. Milliseconds per forward pass are set against the bandwidth
-floor of one forward (`arjet.floor`): the bytes it must read over the device's measured copy bandwidth.
+floor of one forward (`arjet.eval.floor`): the bytes it must read over the device's measured copy bandwidth.
+The per-sampler figures are `arjet.eval.speed`'s, the same as `arjet eval` reports.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import threading
 import time
@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from . import samplers as sampler_registry
+from .. import samplers as sampler_registry
+from ..reports.tables import markdown_table, number, ratio, significant
 from .floor import (
     ForwardFloor,
     average_kv_tokens,
@@ -28,22 +29,20 @@ from .floor import (
     kv_bytes_per_token,
     measure_copy_bandwidth,
 )
+from .speed import SamplerSummary, environment, summarise
 
-
-@dataclass
-class SamplerSummary:
-    sampler: str
-    images: int
-    forward_passes: float
-    tokens: float
-    seconds: float
-    accepted_per_step: float
-    peak_memory_mb: float | None
-    step_compression: float | None = None
-    latency_speedup: float | None = None
-    ms_per_forward: float | None = None  # seconds / forward passes
-    floor_ms: float | None = None  # bandwidth floor of one forward (mean over this sampler's images)
-    floor_ratio: float | None = None  # ms_per_forward / floor_ms
+HEADER = (
+    "sampler",
+    "forward passes",
+    "step compression",
+    "s / image",
+    "latency speedup",
+    "accepted / step",
+    "peak memory (MB)",
+    "ms / forward",
+    "floor ms / forward",
+    "x floor",
+)
 
 
 @dataclass
@@ -61,27 +60,22 @@ class BenchResult:
 
     def table(self) -> str:
         """A markdown table, one row per sampler."""
-        header = (
-            "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
-            "| peak memory (MB) | ms / forward | floor ms / forward | x floor |"
-        )
-        lines = [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for s in self.summaries:
-            lines.append(
-                f"| {s.sampler} | {s.forward_passes:.1f} | {_ratio(s.step_compression)} | {s.seconds:.3f} | "
-                f"{_ratio(s.latency_speedup)} | {s.accepted_per_step:.2f} | "
-                f"{'n/a' if s.peak_memory_mb is None else f'{s.peak_memory_mb:.0f}'} | "
-                f"{_ms(s.ms_per_forward)} | {_ms(s.floor_ms)} | {_ratio(s.floor_ratio, 1)} |"
+        rows = [
+            (
+                s.sampler,
+                number(s.forward_passes, 1),
+                ratio(s.step_compression),
+                number(s.seconds, 3),
+                ratio(s.latency_speedup),
+                number(s.accepted_per_step),
+                number(s.peak_memory_mb, 0),
+                significant(s.ms_per_forward),
+                significant(s.floor_ms),
+                ratio(s.floor_ratio, 1),
             )
-        return "\n".join(lines)
-
-
-def _ratio(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}x"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
+            for s in self.summaries
+        ]
+        return markdown_table(HEADER, rows, numeric=[False, *[True] * (len(HEADER) - 1)])
 
 
 def run_bench(
@@ -177,59 +171,6 @@ def floor_environment(floors: list[ForwardFloor] | None) -> dict[str, Any]:
         "forward_weight_bytes": floors[0].weight_bytes,
         "mean_kv_bytes": statistics.fmean(f.kv_bytes for f in floors),  # per forward, both CFG halves
     }
-
-
-def summarise(
-    specs: list[str], records: list[dict[str, Any]], peaks: dict[str, float | None]
-) -> list[SamplerSummary]:
-    """Per-sampler means of `records` (forward passes, tokens, seconds, accepted per step) and the ratios
-    against `ar` when it is among them."""
-    summaries = []
-    for spec in specs:
-        rows = [r for r in records if r["sampler"] == spec]
-        summaries.append(
-            SamplerSummary(
-                sampler=spec,
-                images=len(rows),
-                forward_passes=statistics.fmean(r["forward_passes"] for r in rows),
-                tokens=statistics.fmean(r["tokens"] for r in rows),
-                seconds=statistics.fmean(r["seconds"] for r in rows),
-                accepted_per_step=statistics.fmean(r["mean_accepted"] for r in rows),
-                peak_memory_mb=peaks[spec],
-            )
-        )
-    for s in summaries:
-        floor = [
-            r["floor_ms"] for r in records if r["sampler"] == s.sampler and r.get("floor_ms") is not None
-        ]
-        s.ms_per_forward = s.seconds / s.forward_passes * 1e3
-        if floor:
-            s.floor_ms = statistics.fmean(floor)
-            s.floor_ratio = s.ms_per_forward / s.floor_ms
-    baseline = next((s for s in summaries if s.sampler == "ar"), None)
-    if baseline is not None:
-        for s in summaries:
-            s.step_compression = baseline.forward_passes / s.forward_passes
-            s.latency_speedup = baseline.seconds / s.seconds
-    return summaries
-
-
-def environment(pipe, call_kwargs: dict[str, Any]) -> dict[str, Any]:
-    device = pipe._execution_device
-    info = {
-        "pipeline": type(pipe).__name__,
-        "device": str(device),
-        "dtype": str(pipe.dtype),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "call": {k: v for k, v in call_kwargs.items() if v is not None},
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
 
 
 def _synchronize(device: torch.device) -> None:

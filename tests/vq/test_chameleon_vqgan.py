@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import ChameleonVQVAE, ChameleonVQVAEConfig
 
-from arjet.tokenizers import ChameleonVQGAN, ImageTokenizer, convert_chameleon_vqgan
-from arjet.tokenizers import convert as convert_module
+from arjet.vq import ChameleonVQGAN, ImageTokenizer, convert_chameleon_vqgan
+from arjet.vq import convert as convert_module
 
 TINY = dict(
     ch=32,

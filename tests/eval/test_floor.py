@@ -1,7 +1,7 @@
 import pytest
 from small_presets import SMALL_CODEBOOK, SMALL_DECODER, small_preset
 
-from arjet.floor import (
+from arjet.eval.floor import (
     ForwardFloor,
     average_kv_tokens,
     forward_weight_bytes,
