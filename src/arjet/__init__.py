@@ -9,7 +9,6 @@ The public names are imported on first use, so `import arjet` (and `arjet --help
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -38,9 +37,9 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "samplers":  # a subpackage: `from . import samplers` here would ask this function again
-        import arjet.samplers
+        import arjet.samplers as samplers
 
-        return sys.modules["arjet.samplers"]
+        return samplers
     if name in ("available_models", "load"):
         from . import builtin as home
     elif name == "Limits":

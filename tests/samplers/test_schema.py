@@ -127,3 +127,14 @@ def test_sizes_within_the_grid_pass():
     SJD(window=256).check_grid((16, 16))
     SJD2().check_grid((16, 16), 64)
     ZipAR(w=300).check_grid((3, 4))  # w >= W is raster order, and a lag allocates nothing
+
+
+def test_samplers_declare_capabilities_not_names():
+    from arjet.samplers import SJD, SJD2, Lantern, ZipAR, requirements
+
+    assert requirements(samplers.get("ar")) == {} and requirements(SJD()) == {}
+    assert requirements(SJD2()) == {"noise_conditioning": ""}
+    relaxed = SJD(acceptance=Lantern(k=4))
+    assert requirements(relaxed) == {"codebook": "the lantern acceptance rule"}
+    assert requirements(ZipAR(w=2, verify=relaxed)) == {"codebook": "the lantern acceptance rule"}
+    assert requirements(samplers.get("zipar+lantern")) == {"codebook": "the lantern acceptance rule"}

@@ -56,3 +56,13 @@ def test_greedy_sjd_reproduces_greedy_ar(family):
     ar = pipe(["a red circle", "green star"], temperature=0).codes
     for sampler in (SJD(window=4), SJD(window=6, init="sample_vertical", coupling=True)):
         assert torch.equal(pipe(["a red circle", "green star"], sampler=sampler, temperature=0).codes, ar)
+
+
+def test_stats_name_the_full_spec_and_print_in_one_short_line():
+    pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8)
+    (stat,) = pipe("a red circle", sampler="sjd: window=4, init=random", seed=0).stats
+    assert stat.sampler == "sjd:window=4,init=random"
+    text = repr(stat)
+    assert text.startswith("DecodeStats(sampler='sjd:window=4,init=random', forward_passes=")
+    assert "commit_step=<3x3>" in text and "\n" not in text and len(text) < 200
+    assert pipe("a red circle", sampler=SJD(window=4), seed=0).stats[0].sampler == "sjd"

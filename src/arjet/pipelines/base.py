@@ -21,8 +21,17 @@ from diffusers.utils import BaseOutput
 
 from .. import checks
 from .. import samplers as sampler_registry
-from ..limits import DEFAULT_LIMITS, MAX_LOGIT_SCALE, Limits
-from ..samplers import DecodeStats, DecodeTrace, ImageRandom, Interrupted, LogitsPolicy, Sampler
+from ..limits import DEFAULT_LIMITS, Limits
+from ..samplers import (
+    DecodeStats,
+    DecodeTrace,
+    ImageRandom,
+    Interrupted,
+    LogitsPolicy,
+    Sampler,
+    SamplingOptions,
+    requirements,
+)
 from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.session import default_decoder
@@ -31,6 +40,13 @@ from .loading import checkpoint_kind, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+# what a pipeline may offer a sampler beyond the session's contract (a sampler declares what it needs in
+# `requires`); each says what the capability is, for the message when a model lacks it
+CAPABILITIES = {
+    "codebook": "the image tokenizer's codebook",
+    "noise_conditioning": "a checkpoint fine-tuned for noisy embeddings (a noise_conditioning component; "
+    "`arjet train sjd2` makes one from any checkpoint)",
+}
 
 
 @dataclass
@@ -50,6 +66,7 @@ class CheckedInputs:
     prompts: list[str]
     negative_prompts: list[str] | None  # one per prompt, or None for the family's unconditional branch
     sampler: Sampler
+    sampler_label: str  # the spec as given (`sjd:window=32`) or the object's name: what the stats say
     grid: tuple[int, int]
     guidance_scale: float
     policy: LogitsPolicy
@@ -57,30 +74,6 @@ class CheckedInputs:
     batch_size: int  # prompts x num_images_per_prompt
     tensor_inputs: list[str]
     compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
-
-
-def check_sampling_options(guidance_scale: Any, temperature: Any, top_k: Any, top_p: Any) -> LogitsPolicy:
-    """Validate the numbers that shape the target distribution (`guidance_scale=None` means the pipeline's
-    default and is not checked here) and return the logits policy they make. Infinities and NaN are refused:
-    `guidance_scale=inf`, say, would turn every mixed logit into NaN or infinity. So are finite values that
-    overflow once combined: the logits are scaled by about `guidance_scale / temperature`, which must stay
-    at most `MAX_LOGIT_SCALE` (1e30) for float32 logits to stay finite (`temperature=1e-45` would otherwise
-    give NaN probabilities and a grey image)."""
-    if guidance_scale is not None:
-        checks.number("guidance_scale", guidance_scale, 0.0, note="1 disables CFG")
-    checks.number("temperature", temperature, 0.0, note="0 = greedy")
-    if top_p is not None and (not checks.is_number(top_p) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    scale = max(1.0, guidance_scale or 1.0) / (temperature or 1.0)
-    if not scale <= MAX_LOGIT_SCALE:
-        given = f"temperature={temperature!r}" + (
-            f" with guidance_scale={guidance_scale!r}" if guidance_scale is not None else ""
-        )
-        raise ValueError(
-            f"{given} scales the logits by {scale:.3g}, which overflows float32 logits (grey images); keep "
-            f"max(guidance_scale, 1) / temperature <= {MAX_LOGIT_SCALE:g} (temperature=0 means greedy)"
-        )
-    return LogitsPolicy(temperature, top_k, top_p)  # checks top_k
 
 
 class BaseARPipeline(DiffusionPipeline):
@@ -301,7 +294,7 @@ class BaseARPipeline(DiffusionPipeline):
         # 4. codes -> images
         images = codes if output_type == "latent" else self.decode_codes(codes, output_type)
         seconds = time.perf_counter() - start
-        stats = trace.stats(getattr(call.sampler, "name", type(call.sampler).__name__))
+        stats = trace.stats(call.sampler_label)
         for item in stats:
             item.seconds = seconds
             item.extra["batch_size"] = batch
@@ -373,22 +366,18 @@ class BaseARPipeline(DiffusionPipeline):
                 f"limits.max_images_per_call={limits.max_images_per_call}; split the call, or raise the limit "
                 "with pipe.limits = arjet.Limits(max_images_per_call=...)"
             )
+        label = sampler_registry.label(sampler)
         sampler = sampler_registry.get(sampler)
-        if getattr(sampler, "needs_codebook", False) and not _has_codebook(self.image_tokenizer):
-            raise ValueError(
-                f"sampler {sampler!r} uses the lantern acceptance rule, which needs the image tokenizer's codebook, "
-                f"and {type(self.image_tokenizer).__name__} has none; use the exact rule (e.g. sampler='sjd')"
-            )
-        if guidance_scale is None:  # a checkpoint may set its own default in its config
-            guidance_scale = self.config.get("default_guidance_scale")
-            if guidance_scale is None:
-                guidance_scale = self.default_guidance_scale
-        policy = check_sampling_options(
-            guidance_scale, temperature, self.default_top_k if top_k is None else top_k, top_p
+        sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
+            self._default_guidance_scale() if guidance_scale is None else guidance_scale,
+            temperature,
+            self.default_top_k if top_k is None else top_k,
+            top_p,
         )
         grid = self.grid_for(*self._size(height, width, aspect_ratio))
         if callable(getattr(sampler, "check_grid", None)):
             sampler.check_grid(grid, limits.max_window)
+        self.check_requirements(sampler, label)
         if output_type not in OUTPUT_TYPES:
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
         checks.boolean("return_dict", return_dict)
@@ -402,14 +391,43 @@ class BaseARPipeline(DiffusionPipeline):
             prompts=prompts,
             negative_prompts=negatives,
             sampler=sampler,
+            sampler_label=label,
             grid=grid,
-            guidance_scale=guidance_scale,
-            policy=policy,
+            guidance_scale=sampling.guidance_scale,
+            policy=sampling.policy(),
             generators=_generators(generator, seed, batch),
             batch_size=batch,
             tensor_inputs=tensor_inputs,
             compile=mode,
         )
+
+    def capabilities(self) -> set[str]:
+        """What this pipeline offers samplers beyond the session's contract (see `CAPABILITIES`)."""
+        offered = set()
+        if _has_codebook(self.image_tokenizer):
+            offered.add("codebook")
+        if getattr(self, "noise_conditioning", None) is not None:
+            offered.add("noise_conditioning")
+        return offered
+
+    def check_requirements(self, sampler: Sampler, label: str | None = None) -> None:
+        """Refuse a sampler that needs a capability this pipeline lacks (`arjet.samplers.requirements`)."""
+        label = label or sampler_registry.label(sampler)
+        offered = self.capabilities()
+        for capability, who in requirements(sampler).items():
+            if capability in offered:
+                continue
+            what = CAPABILITIES.get(capability, f"the capability {capability!r}")
+            user = f"{label} uses {who}, which needs" if who else f"{label} needs"
+            raise ValueError(
+                f"{user} {what}, and this {type(self).__name__} has none; choose a sampler that does not "
+                f"need {capability!r}"
+            )
+
+    def _default_guidance_scale(self) -> float:
+        """The checkpoint's default CFG scale (its config may set one), else the family's."""
+        configured = self.config.get("default_guidance_scale")
+        return self.default_guidance_scale if configured is None else configured
 
     def _check_prompt_lengths(
         self, prompts: list[str], negatives: list[str] | None, grid: tuple[int, int]
@@ -518,8 +536,8 @@ def _has_codebook(tokenizer: ImageTokenizer) -> bool:
 
 
 def _codebook(tokenizer: ImageTokenizer) -> torch.Tensor | None:
-    """The tokenizer's `[V, d]` code vectors, or None for a tokenizer without a codebook (only rules that
-    compare codes, such as LANTERN's, need one)."""
+    """The tokenizer's `[V, d]` code vectors, or None for a tokenizer without a codebook (the capability
+    `"codebook"`: only samplers that require it use it)."""
     return tokenizer.codebook() if _has_codebook(tokenizer) else None
 
 

@@ -17,10 +17,10 @@ from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder, fast_linear
 from ..session.noise import NoiseConditioning
-from .text_tokenizer import build_word_tokenizer
 from ..vq.janus import JanusVQTokenizer
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows
+from .text_tokenizer import build_word_tokenizer
 
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 JANUS_SPECIAL_TOKENS = (BOS, EOS, PAD, "<|User|>", "<|Assistant|>", "<begin_of_image>", "<end_of_image>")

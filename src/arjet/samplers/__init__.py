@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .ar import AR
-from .base import DecodeStats, DecodeTrace, Interrupted, Sampler
+from .base import DecodeStats, DecodeTrace, Interrupted, Sampler, requirements
 from .drafts import INIT_SCHEMES
 from .lantern import BOUNDS, Lantern
-from .policy import LogitsPolicy, LogitsProcessor, Temperature, TopK, TopP
+from .policy import LogitsPolicy, LogitsProcessor, SamplingOptions, Temperature, TopK, TopP
 from .random import ImageRandom, sample
 from .schema import MAX_SIZE, Option, parse_options
 from .sjd import SJD
@@ -62,6 +62,16 @@ def get(sampler: str | Sampler) -> Sampler:
         return _REGISTRY[name](**kwargs)
     except (TypeError, ValueError) as error:
         raise ValueError(f"bad arguments for sampler {name!r}: {error}") from None
+
+
+def label(sampler: str | Sampler) -> str:
+    """How stats and reports name a sampler: its spec as given, without spaces (`"sjd:window=32"`), or an
+    object's `name`."""
+    if isinstance(sampler, str):
+        name, colon, arguments = sampler.partition(":")
+        pieces = [piece.strip().replace(" ", "") for piece in arguments.split(",") if piece.strip()]
+        return name.strip() + (colon + ",".join(pieces) if pieces else "")
+    return getattr(sampler, "name", type(sampler).__name__)
 
 
 def _check_name(name: str) -> None:
@@ -200,15 +210,18 @@ __all__ = [
     "MAX_SIZE",
     "Option",
     "Sampler",
+    "SamplingOptions",
     "Temperature",
     "TopK",
     "TopP",
     "ZipAR",
     "available",
     "get",
+    "label",
     "options",
     "parse_options",
     "parse_specs",
     "register",
+    "requirements",
     "sample",
 ]

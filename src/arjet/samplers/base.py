@@ -47,6 +47,15 @@ class DecodeStats:
         """Step compression: tokens per forward pass (plain AR gives exactly 1.0)."""
         return self.tokens / max(self.forward_passes, 1)
 
+    def __repr__(self) -> str:
+        """One line: the figures, with the per-step counts and the commit map shown by their sizes only."""
+        height, width = self.commit_step.shape
+        return (
+            f"DecodeStats(sampler={self.sampler!r}, forward_passes={self.forward_passes}, tokens={self.tokens}, "
+            f"compression={self.compression:.2f}, seconds={self.seconds:.3f}, "
+            f"accepted_per_step=<{len(self.accepted_per_step)} steps>, commit_step=<{height}x{width}>)"
+        )
+
     def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key] if key not in self.__dataclass_fields__ else getattr(self, key)
 
@@ -205,9 +214,21 @@ class Sampler(Protocol):
     """A decoding algorithm over the session's grid."""
 
     name: ClassVar[str]
-    # optional `needs_codebook: bool`: the sampler compares codes (LANTERN) and needs the tokenizer's codebook
+    # optional `requires: frozenset[str]`: capabilities the model must offer (e.g. "codebook",
+    # "noise_conditioning"); a composite lists its parts as `parts: ((role, part), ...)` (see `requirements`)
 
     def run(
         self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
     ) -> None:
         """Decode every cell of every image, recording each commit in `trace`."""
+
+
+def requirements(sampler: Any) -> dict[str, str]:
+    """What `sampler` needs from the model: `{capability: who needs it}`, from the `requires` of the sampler
+    (who = "") and of its parts (a composite lists them as `parts = ((role, part), ...)`), e.g.
+    `{"codebook": "the lantern acceptance rule"}` for `SJD(acceptance=Lantern())`."""
+    needs = dict.fromkeys(getattr(sampler, "requires", ()), "")
+    for role, part in getattr(sampler, "parts", ()):
+        for capability, who in requirements(part).items():
+            needs.setdefault(capability, who or f"the {part.name} {role}")
+    return needs

@@ -51,6 +51,7 @@ from typing import ClassVar
 
 import torch
 
+from .. import checks
 from .speculative import residual
 
 BOUNDS = ("draft", "tv")
@@ -74,26 +75,24 @@ class Lantern:
     bound: str = "draft"
     top: int = 8
     name: ClassVar[str] = "lantern"
-    needs_codebook: ClassVar[bool] = True
+    requires: ClassVar[frozenset[str]] = frozenset({"codebook"})  # it compares codes by their vectors
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"lantern k (neighbours per code) must be an integer >= 1, got {self.k!r}")
+        checks.integer("lantern k (neighbours per code)", self.k, 1)
         delta = self.delta
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta <= 1:
+        if not checks.is_number(delta) or not 0 <= delta <= 1:
             raise ValueError(
                 f"lantern delta (mass a draft may claim) must be a number in [0, 1], got {delta!r}; for "
                 f"LANTERN++'s bound p~(x) <= lam * p(x) pass lam (the official code reads delta > 1 as lam)"
             )
         lam = self.lam
-        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 1):
+        if lam is not None and (not checks.is_number(lam) or not lam >= 1):
             raise ValueError(
                 f"lantern lam must be a number >= 1 (LANTERN++'s p~(x) <= lam * p(x)) or None, got {lam!r}"
             )
         if self.bound not in BOUNDS:
             raise ValueError(f"lantern bound must be one of {', '.join(BOUNDS)}, got {self.bound!r}")
-        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
-            raise ValueError(f"lantern top must be an integer >= 1, got {self.top!r}")
+        checks.integer("lantern top", self.top, 1)
 
     @property
     def relaxes_greedy(self) -> bool:

@@ -6,14 +6,22 @@ fixed order temperature -> top-k -> top-p (the order of transformers' `generate`
 already mixed CFG, then turns the result into probabilities. `temperature=0` means greedy: the
 distribution becomes a point mass on the argmax, so every sampler (speculative ones included) reduces to
 greedy decoding without a special case.
+
+`SamplingOptions` is the value the rest of arjet passes around: the four numbers that shape the target
+distribution (guidance, temperature, top-k, top-p), validated once where they enter (`pipe(...)`, the
+command line, the evaluation runner, the demo).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+from .. import checks
+from ..limits import MAX_LOGIT_SCALE
 
 
 class LogitsProcessor:
@@ -36,7 +44,7 @@ class Temperature(LogitsProcessor):
 
 class TopK(LogitsProcessor):
     def __init__(self, top_k: int):
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
+        if not checks.is_integer(top_k) or top_k <= 0:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
         self.top_k = top_k
 
@@ -48,7 +56,7 @@ class TopK(LogitsProcessor):
 
 class TopP(LogitsProcessor):
     def __init__(self, top_p: float):
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        if not checks.is_number(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         self.top_p = float(top_p)
 
@@ -72,7 +80,7 @@ class LogitsPolicy:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0 or t != t:
+        if not checks.is_number(t) or t < 0 or t != t:
             raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
         processors: list[LogitsProcessor] = []
         if t not in (0, 1):
@@ -105,3 +113,51 @@ class LogitsPolicy:
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         return self.process(logits).softmax(-1)
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """The numbers that shape the target distribution every sampler must respect, checked when made.
+
+    `guidance_scale`: CFG (1 disables it; None: the pipeline's default); `temperature`: 0 = greedy;
+    `top_k`: None = the pipeline's default; `top_p`: in (0, 1], None or 1 = off. Infinities and NaN are
+    refused (`guidance_scale=inf` would turn every mixed logit into NaN), and so are finite values that
+    overflow once combined: the logits are scaled by about `guidance_scale / temperature`, which must stay
+    at most `MAX_LOGIT_SCALE` (1e30) for float32 logits to stay finite (`temperature=1e-45` would otherwise
+    give NaN probabilities and a grey image)."""
+
+    guidance_scale: float | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        guidance, temperature = self.guidance_scale, self.temperature
+        if guidance is not None:
+            checks.number("guidance_scale", guidance, 0.0, note="1 disables CFG")
+        checks.number("temperature", temperature, 0.0, note="0 = greedy")
+        if self.top_p is not None and (not checks.is_number(self.top_p) or not 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        scale = max(1.0, guidance or 1.0) / (temperature or 1.0)
+        if not scale <= MAX_LOGIT_SCALE:
+            given = f"temperature={temperature!r}" + (
+                f" with guidance_scale={guidance!r}" if guidance is not None else ""
+            )
+            raise ValueError(
+                f"{given} scales the logits by {scale:.3g}, which overflows float32 logits (grey images); keep "
+                f"max(guidance_scale, 1) / temperature <= {MAX_LOGIT_SCALE:g} (temperature=0 means greedy)"
+            )
+        self.policy()  # checks top_k
+
+    def policy(self) -> LogitsPolicy:
+        """Temperature, top-k and top-p as the logits policy samplers apply (CFG is the session's)."""
+        return LogitsPolicy(self.temperature, self.top_k, self.top_p)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The pipeline call's keyword arguments (`pipe(prompt, **options.kwargs())`)."""
+        return {
+            "guidance_scale": self.guidance_scale,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+        }

@@ -69,9 +69,9 @@ class SJD:
         check_size_fits("window", self.window, type(self).window, grid, max_window)
 
     @property
-    def needs_codebook(self) -> bool:
-        """Whether the acceptance rule compares codes (LANTERN), so the tokenizer must have a codebook."""
-        return getattr(self.acceptance, "needs_codebook", False)
+    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
+        """Its acceptance rule, whose needs are the sampler's (see `arjet.samplers.base.requirements`)."""
+        return (("acceptance rule", self.acceptance),)
 
     def config(self) -> WindowConfig:
         return WindowConfig(self.window, self.init, self.coupling, self.acceptance)

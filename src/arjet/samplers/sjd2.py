@@ -1,6 +1,7 @@
 """`sjd2`: Speculative Jacobi-Denoising Decoding (Teng et al., NeurIPS 2025), arjet's reading of it.
 
-Needs a checkpoint fine-tuned with `arjet train sjd2` (its session has `noise`). The window holds, after
+Needs a model fine-tuned for noisy code embeddings (`requires = {"noise_conditioning"}`: its session has
+`noise`). The window holds, after
 the last committed code, one draft slot per upcoming cell. A slot is either *clean* (it feeds its draft
 code) or *noisy* (it feeds a noisy embedding at a level in `1..K`). New slots enter as pure noise at the
 far end; every forward, each noisy slot takes one deterministic DDIM step towards the embedding of its
@@ -18,7 +19,7 @@ Every slot's new draft is a sample from this forward's `p`, coupled with its old
 old draft is kept with probability `min(1, p(x) / q(x))`, else the new one comes from the residual. Its
 marginal is still `p` (so the test above stays exact), but drafts stop flickering between equally likely
 codes, and with them the targets the noisy slots are denoised towards (`coupling=False` turns it off;
-README's evaluation tables show what it saves).
+docs/performance.md shows what it saves).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from .. import checks
 from .base import DecodeTrace, commit_first_cell, run_steps
 from .jacobi import RuleContext, jacobi_step
 from .policy import LogitsPolicy
@@ -44,24 +46,21 @@ class SJD2:
     """`window`: cells predicted per forward (default 64); `levels`: denoising steps a slot takes from pure
     noise to clean (default: `window // 16`, at most the checkpoint's). A slot moves several cells towards
     the front per forward, so with many levels it would still be noisy when it got there and the verified
-    clean front of the window would shrink; on the built-in model (without coupling) 4 levels of 16 need
-    18% fewer forwards than 16. `coupling`: re-drafts coupled with the old drafts (MC-SJD, still exact; default on)."""
+    clean front of the window would shrink (docs/performance.md has the measurements). `coupling`: re-drafts
+    coupled with the old drafts (MC-SJD, still exact; default on)."""
 
     window: int = 64
     levels: int | None = None
     coupling: bool = True
     name: ClassVar[str] = "sjd2"
+    requires: ClassVar[frozenset[str]] = frozenset({"noise_conditioning"})
 
     def __post_init__(self) -> None:
         check_window(self.window)
         if self.window < 2:
             raise ValueError(f"sjd2 needs a window of at least 2 cells, got {self.window}")
-        if self.levels is not None and (
-            isinstance(self.levels, bool) or not isinstance(self.levels, int) or self.levels < 1
-        ):
-            raise ValueError(f"levels must be an integer >= 1 or None, got {self.levels!r}")
-        if not isinstance(self.coupling, bool):
-            raise ValueError(f"coupling must be True or False, got {self.coupling!r}")
+        checks.optional_integer("levels", self.levels, 1)
+        checks.boolean("coupling", self.coupling)
 
     def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
         """Refuse a window (or more levels than the window has slots) the grid cannot use, before any work."""
@@ -79,11 +78,8 @@ class SJD2:
     def run(
         self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
     ) -> None:
-        if session.noise is None:
-            raise ValueError(
-                "sjd2 needs a checkpoint fine-tuned for noisy embeddings (train one with `arjet train sjd2`, or "
-                "use the built-in 'shapes-sjd2' model); this model has no noise conditioning. Use 'sjd' instead."
-            )
+        if session.noise is None:  # pipelines refuse this earlier, naming the capability (`requires`)
+            raise ValueError("sjd2 needs a session with noise conditioning (capability 'noise_conditioning')")
         decoder = _Denoiser(self, session, policy, rng, trace)
         run_steps(decoder.step, trace, session.num_cells - 1, reach=decoder.window)
 

@@ -64,8 +64,9 @@ class ZipAR:
             self.name = "zipar+sjd"
 
     @property
-    def needs_codebook(self) -> bool:
-        return self.verify is not None and self.verify.needs_codebook
+    def parts(self) -> tuple[tuple[str, SJD], ...]:
+        """Its verifying SJD, whose needs are the sampler's (see `arjet.samplers.base.requirements`)."""
+        return () if self.verify is None else (("verifier", self.verify),)
 
     def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
         """Refuse a verify window the grid cannot use. `w` needs no bound: it is a lag that allocates

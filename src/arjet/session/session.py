@@ -69,8 +69,8 @@ class DecodingSession:
         decoder: StaticDecoder | None = None,
     ):
         self.adapter = adapter
-        self.codebook = codebook  # [V, d] VQ code vectors, for rules that compare codes (LANTERN)
-        self.noise = noise  # present when the model was fine-tuned for noisy code embeddings (SJD2)
+        self.codebook = codebook  # [V, d] VQ code vectors: the capability "codebook"
+        self.noise = noise  # a fine-tune for noisy code embeddings: the capability "noise_conditioning"
         self._code_table: torch.Tensor | None = None
         self.layout = layout
         self.prefix = prefix

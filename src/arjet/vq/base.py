@@ -1,5 +1,5 @@
-"""The image tokenizer contract: codes <-> pixels, and optionally the codebook (LANTERN's neighbour table
-needs it)."""
+"""The image tokenizer contract: codes <-> pixels, and optionally the codebook (a pipeline then offers
+samplers the capability "codebook")."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ class ImageTokenizer(Protocol):
     """A VQ image tokenizer. Pixels are `[B, 3, h, w]` floats in [-1, 1]; codes are `[B, H, W]` longs.
 
     Optionally it also has `codebook() -> Tensor [V, d]`: the vectors the decoder actually sees for each
-    code (after any normalisation). Pipelines hand it to the decoding session for rules that compare codes
-    (LANTERN); a tokenizer without one gives the session `None`, and such a rule then cannot run."""
+    code (after any normalisation). Pipelines hand it to the decoding session for rules that compare codes;
+    a tokenizer without one gives the session `None`, and a sampler that requires it is refused."""
 
     @property
     def downsample(self) -> int:
