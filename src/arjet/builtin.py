@@ -61,3 +61,12 @@ def resolve_model(name_or_path: str | None) -> str:
     if name_or_path in available_models():
         return str(model_path(name_or_path))
     return name_or_path
+
+
+def model_name(name_or_path: str) -> str:
+    """How reports name a model: a built-in name or hub id as it is, a local folder by its name (no path of
+    the machine it ran on); a built-in model's folder by the built-in name."""
+    path = Path(name_or_path).expanduser()
+    if name_or_path in available_models() or not path.exists():
+        return name_or_path
+    return path.resolve().name

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import checks
 from .limits import Limits
 from .pipelines.text_tokenizer import build_word_tokenizer
 
@@ -82,7 +83,7 @@ def tiny_pipeline(
     height, width = grid
     if not (isinstance(height, int) and isinstance(width, int) and height >= 1 and width >= 1):
         raise ValueError(f"grid must be two positive integers (rows, columns), got {grid!r}")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+    if not checks.is_integer(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     torch.manual_seed(seed)
     pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)

@@ -112,3 +112,32 @@ def test_examples_use_only_words_the_built_in_model_knows(builtin_pipe):
 
     for example in EXAMPLES:
         assert unknown_words(builtin_pipe.tokenizer, example) == [], example
+
+
+def test_a_refused_request_is_one_line_in_the_server_log(caplog, capfd):
+    import gradio as gr
+
+    from arjet.app import ui
+
+    shelf = ui.ModelShelf({"shapes": "shapes"})
+    requests = ui._run(
+        shelf, "shapes", _arguments(prompt="")[1:], False, lambda *a, **k: None, 300, ui.Budget(None)
+    )
+    with caplog.at_level("WARNING", logger="arjet.app.ui"), pytest.raises(gr.Error) as refused:
+        next(requests)
+    assert refused.value.print_exception is False  # gradio prints no traceback for it
+    (record,) = caplog.records
+    assert (
+        record.getMessage().startswith("request refused: The prompt is empty")
+        and "\n" not in record.getMessage()
+    )
+
+
+def test_option_hints_come_from_the_registry():
+    from arjet import samplers
+    from arjet.app import ui
+
+    assert ui._option_hint("sjd") == "window=16, init=random, coupling=false, acceptance=exact"
+    assert ui._option_hint("ar") == "" and all(
+        ui._option_hint(name) is not None for name in samplers.available()
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from arjet.cli import main
-from arjet.eval.cli import parse_seeds
+from arjet.cli.eval import parse_seeds
 from arjet.eval.records import RecordLog, read_records
 from arjet.samplers import parse_specs as parse_sampler_specs
 from arjet.testing import tiny_pipeline
@@ -45,9 +45,25 @@ def eval_args(setup, out, *extra):
     ]  # fmt: skip
 
 
+# `arjet eval` in a process that dies like a killed one after saving its n-th image (before its record)
+CRASH_AFTER = """
+import os, sys
+from arjet.cli import main
+from arjet.eval import runner
+left, save = int(sys.argv[1]), runner.save_image
+def save_then_die(*args, **kwargs):
+    global left
+    save(*args, **kwargs)
+    left -= 1
+    if left == 0:
+        os._exit(75)  # no clean-up at all, like a kill
+runner.save_image = save_then_die
+sys.exit(main(["eval", *sys.argv[2:]]))
+"""
+
+
 def subprocess_env(**extra):
-    env = {k: v for k, v in os.environ.items() if k != "ARJET_EVAL_CRASH_AFTER"}
-    return {**env, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +143,8 @@ def test_the_same_command_again_skips_finished_images(setup, uninterrupted, caps
 
 def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, uninterrupted):
     out = setup[0] / "killed"
-    command = [sys.executable, "-m", "arjet.eval", *eval_args(setup, out)]
-    killed = subprocess.run(
-        command, env=subprocess_env(ARJET_EVAL_CRASH_AFTER="13"), capture_output=True, text=True
-    )
+    command = [sys.executable, "-c", CRASH_AFTER, "13", *eval_args(setup, out)]
+    killed = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
     assert killed.returncode == 75, killed.stderr[-2000:]
     assert len(read_records(out)) == 12  # the 13th image was saved, its record never written
     assert len(list((out / "images").rglob("*.png"))) == 13
@@ -160,7 +174,7 @@ def test_two_processes_under_accelerate_launch_equal_one_process(setup, uninterr
         str(free_port()),
     ]
     result = subprocess.run(
-        [*launch, "-m", "arjet.eval", *eval_args(setup, out)],
+        [*launch, "-m", "arjet", "eval", *eval_args(setup, out)],
         env=subprocess_env(),
         capture_output=True,
         text=True,
@@ -253,7 +267,7 @@ def test_sampler_and_seed_lists():
         parse_sampler_specs(" , ")
     assert parse_seeds("0") == [0] and parse_seeds("3,1-2,3") == [3, 1, 2]
     with pytest.raises(ValueError, match="--seeds lists no seed"):
-        parse_seeds(",")
+        parse_seeds(",", option="--seeds")
 
 
 def test_a_record_cut_short_is_skipped_and_cut_off_before_appending(tmp_path):

@@ -5,64 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_vqgan import TINY, YAML, randomize_, tiny_vqgan
 from transformers import ChameleonVQVAE, ChameleonVQVAEConfig
 
 from arjet.vq import ChameleonVQGAN, ImageTokenizer, convert_chameleon_vqgan
 from arjet.vq import convert as convert_module
-
-TINY = dict(
-    ch=32,
-    ch_mult=(1, 2),
-    num_res_blocks=1,
-    attn_resolutions=(8,),
-    resolution=16,
-    z_channels=8,
-    embed_dim=8,
-    n_embed=16,
-)
-YAML = """\
-model:
-  base_learning_rate: 4.5e-06
-  target: taming.models.vqgan.VQModel
-  params:
-    embed_dim: 8
-    n_embed: 16
-    ddconfig:
-      double_z: false
-      z_channels: 8
-      resolution: 16
-      in_channels: 3
-      out_ch: 3
-      ch: 32
-      ch_mult: [1, 2]
-      num_res_blocks: 1
-      attn_resolutions: [8]
-      dropout: 0.0
-    lossconfig:
-      target: taming.modules.losses.vqperceptual.VQLPIPSWithDiscriminator
-"""
-
-
-def _randomize_(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """The same kind of non-trivial weights whatever the module's own init (GroupNorm starts as the identity,
-    the codebook near zero, transformers' convolutions small)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if "norm" in name and name.endswith("weight"):
-                param.copy_(1 + 0.1 * noise)
-            elif name.endswith("bias"):
-                param.copy_(0.05 * noise)
-            elif "embedding" in name:
-                param.copy_(noise)
-            else:  # convolutions, fan-in scaled
-                param.copy_(noise / param[0].numel() ** 0.5)
-    return module.eval()
-
-
-def _tiny(seed: int = 0) -> ChameleonVQGAN:
-    return _randomize_(ChameleonVQGAN(**TINY), seed)
 
 
 def _pixels(batch: int = 2, height: int = 16, width: int = 16, seed: int = 1) -> torch.Tensor:
@@ -90,7 +37,7 @@ class Payload:
 
 
 def test_tokenizer_contract():
-    model = _tiny()
+    model = tiny_vqgan()
     assert isinstance(model, ImageTokenizer)
     assert (model.downsample, model.vocab_size) == (2, 16)
     assert model.codebook().shape == (16, 8)
@@ -112,14 +59,14 @@ def test_defaults_are_the_released_tokenizer():
 
 
 def test_encode_picks_the_nearest_code():
-    model = _tiny()
+    model = tiny_vqgan()
     latents = model.quant_conv(model.encoder(_pixels()))
     distances = torch.cdist(latents.permute(0, 2, 3, 1).flatten(0, 2), model.codebook())
     assert torch.equal(model.encode(_pixels()).flatten(), distances.argmin(-1))
 
 
 def test_save_and_load_round_trip(tmp_path):
-    model = _tiny()
+    model = tiny_vqgan()
     model.save_pretrained(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "config.json",
@@ -134,7 +81,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 @pytest.mark.parametrize("lightning", [True, False])
 def test_convert_checkpoint_reproduces_the_source(tmp_path, lightning):
-    source = _tiny(seed=3)
+    source = tiny_vqgan(seed=3)
     state = dict(source.state_dict())
     state["loss.discriminator.main.0.weight"] = torch.randn(4, 3, 4, 4)  # training-only, dropped
     ckpt = tmp_path / "vqgan.ckpt"
@@ -151,7 +98,7 @@ def test_convert_checkpoint_reproduces_the_source(tmp_path, lightning):
 def test_convert_refuses_pickled_objects(tmp_path):
     marker = tmp_path / "marker"
     ckpt = tmp_path / "vqgan.ckpt"
-    torch.save({"state_dict": _tiny().state_dict(), "callbacks": Payload(marker)}, ckpt)
+    torch.save({"state_dict": tiny_vqgan().state_dict(), "callbacks": Payload(marker)}, ckpt)
     with pytest.raises(ValueError, match="non-tensor Python objects.*refuses to unpickle"):
         convert_chameleon_vqgan(ckpt, tmp_path / "out")
     assert not marker.exists()
@@ -163,20 +110,20 @@ def test_convert_reports_bad_checkpoints(tmp_path):
         convert_chameleon_vqgan(tmp_path / "nowhere.ckpt", tmp_path / "out")
 
     (tmp_path / "vqgan.yaml").write_text(YAML)
-    state = dict(_tiny().state_dict())
+    state = dict(tiny_vqgan().state_dict())
     del state["decoder.conv_out.weight"]
     torch.save({"state_dict": state}, tmp_path / "partial.ckpt")
     with pytest.raises(ValueError, match="lacks 1 of .*decoder.conv_out.weight"):
         convert_chameleon_vqgan(tmp_path / "partial.ckpt", tmp_path / "out", tmp_path / "vqgan.yaml")
 
-    torch.save({"state_dict": _tiny().state_dict()}, tmp_path / "tiny.ckpt")
+    torch.save({"state_dict": tiny_vqgan().state_dict()}, tmp_path / "tiny.ckpt")
     with pytest.raises(ValueError, match="lacks .*pass its vqgan.yaml"):
         convert_chameleon_vqgan(tmp_path / "tiny.ckpt", tmp_path / "out")  # default = full-size config
     (tmp_path / "wide.yaml").write_text(YAML.replace("z_channels: 8", "z_channels: 16"))
     with pytest.raises(ValueError, match=r"do not fit the config.*quant_conv.weight: \(8, 8, 1, 1\)"):
         convert_chameleon_vqgan(tmp_path / "tiny.ckpt", tmp_path / "out", tmp_path / "wide.yaml")
 
-    state = dict(_tiny().state_dict(), **{"model_ema.decay": torch.tensor(0.99)})
+    state = dict(tiny_vqgan().state_dict(), **{"model_ema.decay": torch.tensor(0.99)})
     torch.save(state, tmp_path / "extra.ckpt")
     with pytest.warns(UserWarning, match="model_ema.decay"):
         convert_chameleon_vqgan(tmp_path / "extra.ckpt", tmp_path / "out", tmp_path / "vqgan.yaml")
@@ -191,16 +138,6 @@ def test_config_from_yaml(tmp_path):
         convert_module.read_vqgan_config(tmp_path / "double.yaml")
 
 
-def test_cli_main(tmp_path, capsys):
-    torch.save({"state_dict": _tiny().state_dict()}, tmp_path / "vqgan.ckpt")
-    (tmp_path / "vqgan.yaml").write_text(YAML)
-    args = [str(tmp_path / "vqgan.ckpt"), str(tmp_path / "out"), "--config", str(tmp_path / "vqgan.yaml")]
-    assert convert_module.main(args) == 0
-    assert (tmp_path / "out" / "diffusion_pytorch_model.safetensors").is_file()
-    assert convert_module.main([str(tmp_path / "missing.ckpt"), str(tmp_path / "out2")]) == 2
-    assert "missing.ckpt" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize(
     "pixels, message",
     [
@@ -211,7 +148,7 @@ def test_cli_main(tmp_path, capsys):
 )
 def test_encode_rejects_bad_pixels(pixels, message):
     with pytest.raises(ValueError, match=message):
-        _tiny().encode(pixels)
+        tiny_vqgan().encode(pixels)
 
 
 @pytest.mark.parametrize(
@@ -225,7 +162,7 @@ def test_encode_rejects_bad_pixels(pixels, message):
 )
 def test_decode_rejects_bad_codes(codes, message):
     with pytest.raises(ValueError, match=message):
-        _tiny().decode(codes)
+        tiny_vqgan().decode(codes)
 
 
 def test_rejects_widths_groupnorm_cannot_split():
@@ -248,8 +185,8 @@ def test_encoder_matches_transformers():
             resolution=TINY["resolution"],
         )
     )
-    _randomize_(hf, seed=5)
-    ours = _tiny(seed=6)
+    randomize_(hf, seed=5)
+    ours = tiny_vqgan(seed=6)
     result = ours.load_state_dict(hf.state_dict(), strict=False)
     assert not result.unexpected_keys
     assert result.missing_keys and all(key.startswith("decoder.") for key in result.missing_keys)

@@ -28,16 +28,15 @@ class DecodeRequest:
     prompt: str
     sampler: str
     seed: int
-    guidance_scale: float
-    temperature: float
-    top_k: int  # 0 = the model's default
+    sampling: samplers.SamplingOptions  # the page sets guidance, temperature and top-k (None: the model's)
 
     def pipeline_kwargs(self) -> dict[str, Any]:
+        options = self.sampling
         return dict(
             seed=self.seed,
-            guidance_scale=self.guidance_scale,
-            temperature=self.temperature,
-            top_k=self.top_k or None,
+            guidance_scale=options.guidance_scale,
+            temperature=options.temperature,
+            top_k=options.top_k,
         )
 
 
@@ -78,8 +77,8 @@ def make_request(
         name: _number(name, value, *LIMITS[name])
         for name, value in (("guidance_scale", guidance_scale), ("temperature", temperature))
     }
-    top_k = _integer("top_k", top_k, *LIMITS["top_k"])
-    return DecodeRequest(prompt.strip(), spec, seed, top_k=top_k, **values)
+    top_k = _integer("top_k", top_k, *LIMITS["top_k"])  # 0: the model's default
+    return DecodeRequest(prompt.strip(), spec, seed, samplers.SamplingOptions(top_k=top_k or None, **values))
 
 
 def _check_demo_options(sampler: str, options: str) -> None:

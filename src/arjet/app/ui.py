@@ -41,15 +41,6 @@ EXAMPLES = [
     "three green triangles",
     "a yellow star above a purple hexagon on a striped background",
 ]
-OPTION_HINTS = {
-    "sjd": "window=16, init=sample_horizontal",
-    "mc-sjd": "window=16",
-    "sjd2": "window=64",
-    "zipar": "w=4",
-    "zipar+sjd": "w=4, window=4",
-    "lantern": "k=16, delta=0.1",
-    "zipar+lantern": "w=4, k=16, delta=0.1",
-}
 
 
 class ModelShelf:
@@ -108,7 +99,7 @@ def build_demo(
                 sampler = gr.Dropdown(names, value="sjd" if "sjd" in names else names[0], label="Sampler")
                 options = gr.Textbox(
                     label="Sampler options",
-                    placeholder=OPTION_HINTS["sjd"],
+                    placeholder=_option_hint("sjd"),
                     info=_options_info("sjd"),
                 )
                 with gr.Row():
@@ -132,7 +123,7 @@ def build_demo(
                 stats = gr.Markdown("Press **Generate**.", label="stats", elem_id="stats")
                 heat = gr.Image(label="Commit-step map", type="pil", format="png", elem_id="heat-map")
         sampler.change(
-            lambda name: gr.update(placeholder=OPTION_HINTS.get(name, ""), info=_options_info(name)),
+            lambda name: gr.update(placeholder=_option_hint(name), info=_options_info(name)),
             sampler,
             options,
             queue=False,
@@ -187,7 +178,7 @@ def _run(
         request = make_request(*inputs, max_prompt_chars=max_chars)
         pipe = shelf.get(model)
     except (ValueError, FileNotFoundError) as error:
-        raise gr.Error(str(error)) from None
+        raise _refused(str(error)) from None
     notice = _unknown_words_notice(pipe, request.prompt)
     if notice:
         gr.Warning(notice)
@@ -204,23 +195,37 @@ def _run(
                     outputs[spec] = frame.output
                 yield *shown, None, f"**{spec}**: {frame.decoded} / {frame.total} codes decoded"
     except TimeBudgetExceeded:
-        logger.info(
-            "request %r with %s stopped after its time budget of %s s", request.prompt, runs, budget.seconds
-        )
-        raise gr.Error(
+        raise _refused(
             f"This request ran past the demo's time budget of {budget.seconds:g} s and was stopped so that the "
             "next one can run; try a smaller window, another sampler or fewer comparisons."
         ) from None
-    except ValueError as error:  # e.g. a sampler that needs a fine-tuned model (sjd2)
-        raise gr.Error(str(error)) from None
-    except Exception as error:  # the page gets a readable line, the operator the traceback
+    except (
+        ValueError
+    ) as error:  # e.g. a sampler that needs what this model lacks (sjd2 without its fine-tune)
+        raise _refused(str(error)) from None
+    except Exception as error:  # the page gets a readable line, the operator the traceback (once)
         logger.exception("decoding %r with %s failed", request.prompt, runs)
-        raise gr.Error(f"generation failed ({type(error).__name__}); please try again") from None
+        raise gr.Error(
+            f"generation failed ({type(error).__name__}); please try again", print_exception=False
+        ) from None
     yield (
         *shown,
         _heat_map(outputs, request),
         _stats_table(outputs, runs) + (f"\n\n{notice}" if notice else ""),
     )
+
+
+def _refused(message: str) -> gr.Error:
+    """The page's message for a request it will not run; the server log gets the same as one line."""
+    logger.warning("request refused: %s", " ".join(message.split()))
+    return gr.Error(message, print_exception=False)
+
+
+def _option_hint(sampler: str) -> str:
+    """The chosen sampler's options at their defaults (`window=16, init=random, ...`), from the registry."""
+    if sampler not in samplers.available():
+        return ""
+    return ", ".join(option.example() for option in samplers.options(sampler))
 
 
 def _options_info(sampler: str) -> str:

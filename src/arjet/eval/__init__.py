@@ -1,6 +1,4 @@
-"""Evaluation: how much faster is each sampler, and what does it cost in quality (`arjet eval`).
-
-    arjet eval --samplers ar,sjd,zipar --prompts shapes --n 200 --seeds 0 --out runs/shapes
+"""Evaluation: how much faster is each sampler, and what does it cost in quality (`arjet eval`, `arjet bench`).
 
 One module per job (nothing heavy is imported with the package, so `arjet --help` stays fast):
 
@@ -9,10 +7,13 @@ One module per job (nothing heavy is imported with the package, so `arjet --help
 - `features` — FID feature networks behind one spec registry (`load_feature_network`);
 - `reference` — FID's real images: a folder, or the built-in domain's held-out renders;
 - `metrics` — FID (torchmetrics) with cached reference statistics, CLIP score;
+- `speed` — the per-sampler speed summary (forward passes, ratios against `ar`) bench and eval share;
+- `bench`, `floor` — `run_bench`: samplers timed side by side, against the bandwidth floor of a forward;
 - `settings`, `records`, `atomic` — the run folder: settings, one JSON line per image, atomic writes;
 - `runner` — `run_eval`: generation, resumable and sharded with Accelerate;
-- `scoring`, `report` — per-sampler rows, `metrics.json`, `report.md`, plots;
-- `cli` — `arjet eval` / `python -m arjet.eval`.
+- `scoring`, `report` — per-sampler rows, `metrics.json`, `report.md` (with notes on what the figures
+  can and cannot say), plots;
+- `domain` — the built-in domain's own judge (`arjet domain-report`).
 
 A run folder: `config.json` (the settings), `images/<sampler>/<prompt index>_<seed>.png`,
 `records/process-<rank>.jsonl` (written as images finish) and `records.jsonl` (merged), `metrics.json`,

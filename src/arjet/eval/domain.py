@@ -12,8 +12,6 @@ give the ceiling the tokenizer sets: an AR model can draw only what its codes ca
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import torch.nn.functional as F
 
 from .. import checks
 from ..data import COLORS, NUMBERS, SHAPES, Scene, heldout_set, render_reference, to_tensor
+from ..samplers import SamplingOptions
 from .clip import OpenCLIP, load_clip
 from .features import load_feature_network
 from .metrics import clip_scores, feature_statistics, frechet_distance, image_batches
@@ -117,13 +116,14 @@ def domain_report(
     batch: int = 50,
     grid: str | Path | None = None,
     grid_rows: int = 12,
-    **sampling: Any,
+    sampling: SamplingOptions | None = None,
 ) -> dict[str, Any]:
-    """Generate one image for each of the first `n` held-out prompts (`sampling`: the pipeline's
-    guidance_scale / temperature / top_k / top_p) and judge them with the CLIP next to their references.
+    """Generate one image for each of the first `n` held-out prompts (`sampling`: guidance, temperature,
+    top-k, top-p; default the pipeline's) and judge them with the CLIP next to their references.
     `grid`: also save the first `grid_rows` prompts' reference, reconstruction and generated image there."""
     from tqdm.auto import tqdm
 
+    sampling = sampling or SamplingOptions()
     check_report_size(n)
     checks.integer("batch", batch, 1, pipe.limits.max_images_per_call)
     items = heldout_set(2 * n)
@@ -134,7 +134,7 @@ def domain_report(
     generated = []
     pipe.set_progress_bar_config(disable=True)
     for start in tqdm(range(0, n, batch), desc=f"generating ({sampler})"):
-        out = pipe(prompts[start : start + batch], sampler=sampler, seed=seed + start, **sampling)
+        out = pipe(prompts[start : start + batch], sampler=sampler, seed=seed + start, **sampling.kwargs())
         generated.extend(out.images)
     references = [render_reference(item, size) for item in first]
     other_references = [render_reference(item, size) for item in second]
@@ -144,7 +144,7 @@ def domain_report(
     report: dict[str, Any] = {
         "n": n,
         "sampler": sampler,
-        **{key: value for key, value in sampling.items() if value is not None},
+        **{key: value for key, value in sampling.kwargs().items() if value is not None},
     }
     sets = {
         "generated": generated,
@@ -185,54 +185,3 @@ def _save_grid(path: Path, sets: dict[str, list], prompts: list[str], sampler: s
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    from ..commands.common import add_model_arguments, add_sampling_arguments
-
-    parser = subparsers.add_parser("domain-report", help="quality of the built-in shapes model (domain CLIP)")
-    add_model_arguments(parser)
-    parser.add_argument(
-        "--n", type=checks.int_type(2), default=500, help="held-out prompts, 2 to 500 (references: 2n)"
-    )
-    parser.add_argument("--sampler", default="ar")
-    parser.add_argument("--seed", type=checks.int_type(0, checks.SEED_LIMIT - 1), default=0)
-    add_sampling_arguments(parser)
-    parser.add_argument("--json", dest="json_out", default=None, help="write the figures here too (.json)")
-    parser.add_argument(
-        "--grid",
-        default=None,
-        help="save a PNG of the first prompts: reference, VQ reconstruction, generated",
-    )
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..commands.common import (
-        check_model_arguments,
-        check_sampling_arguments,
-        load_pipeline,
-        sampling_kwargs,
-    )
-
-    # every check that needs no model first: a typo fails before the load and the generation
-    n = check_report_size(args.n)
-    check_sampling_arguments(args, args.sampler)
-    checks.seed("--seed", args.seed, n)
-    json_out = checks.output_file("--json", args.json_out, suffixes=(".json",)) if args.json_out else None
-    grid = checks.output_file("--grid", args.grid, image=True) if args.grid else None
-    check_model_arguments(args)
-    report = domain_report(
-        load_pipeline(args),
-        n=n,
-        sampler=args.sampler,
-        seed=args.seed,
-        grid=grid,
-        **sampling_kwargs(args),
-    )
-    for key, value in report.items():
-        print(f"{key:40s} {value:.4f}" if isinstance(value, float) else f"{key:40s} {value}")
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=2))
-    return 0

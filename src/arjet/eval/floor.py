@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .. import checks
+
 CUDA_COPY_BYTES = 1 << 30  # 1 GiB per buffer: far past every cache, so the copy runs at memory speed
 CPU_COPY_BYTES = 256 << 20
 
@@ -25,7 +27,7 @@ def measure_copy_bandwidth(device: torch.device | str, nbytes: int | None = None
     device = torch.device(device)
     if nbytes is None:
         nbytes = CUDA_COPY_BYTES if device.type == "cuda" else CPU_COPY_BYTES
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 2:
+    if not checks.is_integer(nbytes) or nbytes < 2:
         raise ValueError(f"nbytes must be an integer >= 2, got {nbytes!r}")
     source = torch.ones(nbytes // 2, dtype=torch.bfloat16, device=device)  # touched, so pages are real
     target = torch.empty_like(source)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..builtin import model_name
 from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio
 from .atomic import atomic_target, write_text
@@ -49,6 +50,36 @@ def results_table(results: Sequence[SamplerResult]) -> str:
     return markdown_table(HEADER, rows, numeric=[False, *[True] * (len(HEADER) - 1)])
 
 
+def judge_note(prompts: str, fid_features: str | None, clip_model: str | None) -> str | None:
+    """A warning when the domain CLIP (trained on the built-in shapes scenes only) judges other prompts."""
+    judged = [
+        what
+        for what, spec in (("CLIP score", clip_model), ("FID features", fid_features))
+        if spec is not None and spec.split(":")[0] == "domain"
+    ]
+    if not judged or prompts == "shapes":
+        return None
+    return (
+        f"the domain CLIP ({' and '.join(judged)}) knows only the built-in shapes scenes, so on `{prompts}` its "
+        "figures say little; pass --clip-model / --fid-features open_clip:MODEL:WEIGHTS (or inception) to judge "
+        "other prompts"
+    )
+
+
+def fid_note(results: Sequence[SamplerResult], scoring: dict[str, Any]) -> str | None:
+    """A warning when FID rests on fewer images per sampler than its features have dimensions: the
+    covariances are then rank-deficient, the estimate is dominated by its bias (its floor between two sets
+    of real images alone can exceed the gaps between samplers), and it compares with no larger run."""
+    dims = scoring.get("fid_feature_dims")
+    counts = [r.images for r in results if r.fid is not None]
+    if not dims or not counts or min(counts) >= dims:
+        return None
+    return (
+        f"FID from {min(counts)} images per sampler, fewer than its {dims} feature dimensions: it is dominated by "
+        f"its bias and compares with no run of another size; use --n {dims} or more for FID"
+    )
+
+
 def write_report(
     out: Path,
     settings: EvalSettings,
@@ -63,9 +94,21 @@ def write_report(
     notes = (
         [] if "ar" in settings.samplers else ["no `ar` run: step compression and latency speedup left empty"]
     )
+    notes += [
+        note
+        for note in (
+            fid_note(results, scoring),
+            judge_note(settings.prompts, scoring.get("fid_features"), scoring.get("clip_model")),
+        )
+        if note
+    ]
     metrics = {
         "command": command,
-        "settings": settings.to_dict(),
+        "settings": {
+            **settings.to_dict(),
+            "model": model_name(settings.model),
+            "prompts": _prompts_name(settings),
+        },
         "scoring": scoring,
         "environment": environment(pipe, settings.call_kwargs()),
         "samplers": [r.to_dict() for r in results],
@@ -75,6 +118,12 @@ def write_report(
     figures = write_plots(out, records, results, settings.samplers, grid_prompts)
     write_text(out / "report.md", _markdown(metrics, results, figures))
     return metrics
+
+
+def _prompts_name(settings: EvalSettings) -> str:
+    """A prompt set's name, or a prompt file's name without the folders of the machine it ran on."""
+    path = Path(settings.prompts)
+    return path.name if path.is_absolute() else settings.prompts
 
 
 def write_plots(

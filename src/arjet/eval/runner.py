@@ -34,14 +34,12 @@ import torch
 
 from .. import checks
 from .. import samplers as sampler_registry
-from ..pipelines.base import check_sampling_options
 from .atomic import remove_temporaries, save_image
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
 from .scoring import MetricOptions, score_run
 from .settings import EvalSettings, check_out_dir, write_config
 from .speed import speed_summaries
 
-CRASH_VARIABLE = "ARJET_EVAL_CRASH_AFTER"
 IMAGES_DIR = "images"
 COMMIT_MAPS = 8  # the records of the first prompts keep their commit-step map (the plot shows some)
 
@@ -105,7 +103,7 @@ def run_eval(
     checks.integer("batch_size", batch_size, 1)
     instances = {spec: sampler_registry.get(spec) for spec in settings.samplers}
     folders = sampler_dirs(settings.samplers)
-    check_sampling_options(settings.guidance_scale, settings.temperature, settings.top_k, settings.top_p)
+    settings.sampling()  # checks guidance, temperature, top-k and top-p
     for seed in settings.seeds:
         checks.seed("seed", seed, settings.n)  # prompt i uses seed + i
     metrics.check()
@@ -211,8 +209,6 @@ class _Worker:
         self.folders = folders
         self.log = log
         self.show = show
-        crash = os.environ.get(CRASH_VARIABLE)
-        self.crash_after = int(crash) if crash else None  # test hook: die as if killed after k images
 
     def run(self, spec: str, sampler, jobs: list[Job], batch_size: int, processes: int) -> None:
         if not jobs:
@@ -240,15 +236,7 @@ class _Worker:
         for job, image, codes, stat in zip(batch, result.images, result.codes, result.stats, strict=True):
             relative = f"{IMAGES_DIR}/{self.folders[spec]}/{job.index}_{job.seed}.png"
             save_image(image, self.out / relative)
-            self._maybe_crash()
             self.log.append(make_record(job, self.prompts[job.index], relative, codes, stat, len(batch)))
-
-    def _maybe_crash(self) -> None:
-        if self.crash_after is None:
-            return
-        self.crash_after -= 1
-        if self.crash_after <= 0:
-            os._exit(75)  # no clean-up at all, like a kill: the image is saved, its record is not
 
 
 def make_record(job: Job, prompt: str, image: str, codes: torch.Tensor, stat, batch: int) -> dict[str, Any]:

@@ -112,6 +112,7 @@ def _fid(out: Path, by_sampler, options: MetricOptions, device, info: dict[str, 
         "images": reference.count,
         "size": list(size),
     }
+    info["fid_feature_dims"] = features.num_features
     return {
         spec: frechet_distance(features, reference, load_images(out, rows), options.batch_size)
         for spec, rows in by_sampler.items()

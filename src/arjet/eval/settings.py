@@ -39,16 +39,15 @@ class EvalSettings:
     def prompt_digest(prompts: list[str]) -> str:
         return hashlib.sha1("\n".join(prompts).encode()).hexdigest()
 
+    def sampling(self):
+        """The run's `SamplingOptions` (checked when made)."""
+        from ..samplers import SamplingOptions
+
+        return SamplingOptions(self.guidance_scale, self.temperature, self.top_k, self.top_p)
+
     def call_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every pipeline call."""
-        return dict(
-            height=self.height,
-            width=self.width,
-            guidance_scale=self.guidance_scale,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-        )
+        return {"height": self.height, "width": self.width, **self.sampling().kwargs()}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

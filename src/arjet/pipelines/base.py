@@ -455,7 +455,7 @@ class BaseARPipeline(DiffusionPipeline):
     def _size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:
         """(height, width) in pixels from the call's arguments: given, from an aspect ratio, or the default."""
         for name, value in (("height", height), ("width", width)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            if value is not None and (not checks.is_integer(value) or value <= 0):
                 raise ValueError(
                     f"{name} must be a positive integer (pixels), or None for the default size; got {value!r}"
                 )
@@ -615,6 +615,6 @@ def _generators(
             raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
         return list(generator) if isinstance(generator, Sequence) else generator
     seeds = [seed + i for i in range(batch)] if isinstance(seed, int) else list(seed)
-    if len(seeds) != batch or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+    if len(seeds) != batch or not all(checks.is_integer(s) for s in seeds):
         raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
     return [torch.Generator("cpu").manual_seed(s) for s in seeds]

@@ -12,6 +12,7 @@ from typing import ClassVar
 import torch
 from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 
+from .. import checks
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
@@ -94,7 +95,7 @@ class Emu3Pipeline(BaseARPipeline):
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         factor = self.image_tokenizer.downsample
         for name, value in (("height", height), ("width", width)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < factor or value % factor:
+            if not checks.is_integer(value) or value < factor or value % factor:
                 raise ValueError(f"{name} must be a positive multiple of {factor} pixels, got {value!r}")
         grid = (height // factor, width // factor)
         limit = self.model.config.text_config.max_position_embeddings

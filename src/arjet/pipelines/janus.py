@@ -60,7 +60,7 @@ class JanusAdapter:
         return LlamaStackDecoder(self.model.model.language_model)
 
     def forward_weights(self) -> list[torch.Tensor]:
-        """The weights one decoding forward reads (`arjet.floor`): decoder layers, final norm, the code
+        """The weights one decoding forward reads (`arjet.eval.floor`): decoder layers, final norm, the code
         aligner MLP (dense, run on every fed code) and the generation head."""
         inner = self.model.model
         parts = (

@@ -19,6 +19,7 @@ import torch
 from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerBase
 from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
+from .. import checks
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
@@ -69,7 +70,7 @@ def _check_resolution(folder: str | Path, resolution: Any) -> int:
 
 
 def _check_pixels(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < GRID_UNIT or value % GRID_UNIT:
+    if not checks.is_integer(value) or value < GRID_UNIT or value % GRID_UNIT:
         raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
     return value
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .. import checks
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.text_tokenizer import build_word_tokenizer
 from .meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
@@ -56,7 +57,7 @@ def random_pipeline(
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not checks.is_integer(seed):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     size = _size(preset, height, width)
     with parameters_on_meta():
@@ -71,7 +72,7 @@ def random_pipeline(
 
 def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
     for name, value in (("height", height), ("width", width)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        if value is not None and (not checks.is_integer(value) or value <= 0):
             raise ValueError(f"{name} must be a positive integer (pixels) or None, got {value!r}")
     height = preset.default_size if height is None else height
     width = preset.default_size if width is None else width

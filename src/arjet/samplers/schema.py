@@ -89,17 +89,29 @@ class Option:
 
     def describe(self) -> str:
         """One line: `window (int, 1..16384, default 16): slots verified per forward`."""
+        return f"{self.name} ({self.values()}, default {self.default_text()}): {self.help}"
+
+    def short(self) -> str:
+        """A few words: `window=16 (int 1..16384)`, the default and what else it takes."""
+        return f"{self.name}={self.default_text()} ({self.values().replace(', ', ' ')})"
+
+    def example(self) -> str:
+        """`window=16`: the option at its default, as a spec writes it."""
+        return f"{self.name}={self.default_text()}"
+
+    def default_text(self) -> str:
+        return "none" if self.default is None else str(self.default).lower()
+
+    def values(self) -> str:
+        """What the option takes: `int, 1..16384`, `random | repeat_horizontal`, `true | false`."""
         if self.kind is str:
-            kind = " | ".join(self.choices)
-        elif self.kind is bool:
-            kind = "true | false"
-        else:
-            bounds = f", {self.minimum:g}..{self.maximum:g}" if self.maximum is not None else ""
-            if self.maximum is None and self.minimum is not None:
-                bounds = f", >= {self.minimum:g}"
-            kind = f"{self.kind.__name__}{bounds}"
-        default = "none" if self.default is None else str(self.default).lower()
-        return f"{self.name} ({kind}, default {default}): {self.help}"
+            return " | ".join(self.choices)
+        if self.kind is bool:
+            return "true | false"
+        bounds = f", {self.minimum:g}..{self.maximum:g}" if self.maximum is not None else ""
+        if self.maximum is None and self.minimum is not None:
+            bounds = f", >= {self.minimum:g}"
+        return f"{self.kind.__name__}{bounds}" + (" | none" if self.none else "")
 
 
 def parse_options(text: str, schema: Sequence[Option] | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Every slot's new draft is a sample from this forward's `p`, coupled with its old
 old draft is kept with probability `min(1, p(x) / q(x))`, else the new one comes from the residual. Its
 marginal is still `p` (so the test above stays exact), but drafts stop flickering between equally likely
 codes, and with them the targets the noisy slots are denoised towards (`coupling=False` turns it off;
-docs/performance.md shows what it saves).
+the README's SJD2 section shows what it saves).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class SJD2:
     """`window`: cells predicted per forward (default 64); `levels`: denoising steps a slot takes from pure
     noise to clean (default: `window // 16`, at most the checkpoint's). A slot moves several cells towards
     the front per forward, so with many levels it would still be noisy when it got there and the verified
-    clean front of the window would shrink (docs/performance.md has the measurements). `coupling`: re-drafts
+    clean front of the window would shrink (the README's SJD2 section has the measurements). `coupling`: re-drafts
     coupled with the old drafts (MC-SJD, still exact; default on)."""
 
     window: int = 64

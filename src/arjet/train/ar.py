@@ -10,10 +10,8 @@ wall-clock budget, periodic held-out loss and a saved pipeline folder.
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -22,38 +20,10 @@ from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
-from .options import add_config_arguments, append_jsonl, require_folder, run_stage
+from .configs import ARTrainConfig
+from .scaffold import TrainingRun, require_folder
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
-
-
-@dataclass
-class ARTrainConfig:
-    vq: str = "artifacts/vq"
-    out: str = "artifacts/ar"
-    init: str = ""  # continue from this saved pipeline (its tokenizer and weights) instead of a fresh model
-    seed: int = 0
-    train_images: int = 120_000
-    heldout_images: int = 1_000
-    hidden_size: int = 256
-    layers: int = 8
-    heads: int = 8
-    kv_heads: int = 4
-    intermediate_size: int = 688
-    batch_size: int = 64
-    lr: float = 1.5e-3
-    min_lr: float = 1e-4
-    weight_decay: float = 0.05
-    warmup_steps: int = 300
-    max_steps: int = 100_000
-    max_minutes: float = 180.0
-    condition_dropout: float = 0.1
-    bf16: bool = True
-    threads: int = 2
-    device: str = "cpu"
-    workers: int = 0
-    eval_every: int = 500
-    words: list[str] = field(default_factory=list)
 
 
 def build_model(
@@ -185,16 +155,12 @@ class Batches:
 
 
 def train_ar(config: ARTrainConfig) -> Path:
-    from tqdm.auto import tqdm
-
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
     if config.init:
         require_folder("--init", config.init, "pass a pipeline folder saved by `arjet train ar`")
     else:
         require_folder("--vq", config.vq, "train the VQ tokenizer first (`arjet train vq --out FOLDER`)")
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = TrainingRun(config, "ar")
+    out = run.out
     if config.init:
         pipe = JanusPipeline.from_pretrained(config.init, dtype=torch.float32)
         model, tokenizer = pipe.model.to(config.device), pipe.tokenizer
@@ -223,13 +189,10 @@ def train_ar(config: ARTrainConfig) -> Path:
         lr=config.lr,
         betas=(0.9, 0.95),
     )
-    log = out / "train_log.jsonl"
-    start = time.time()
     order = np.random.default_rng(config.seed).permutation(len(train_codes))
-    cursor, step, epoch = 0, 0, 0
-    progress = tqdm(total=config.max_steps, desc="train ar", unit="step")
+    cursor, epoch = 0, 0
     model.train()
-    while step < config.max_steps and (time.time() - start) < config.max_minutes * 60:
+    for step in run.steps():
         if cursor + config.batch_size > len(order):
             order, cursor, epoch = (
                 np.random.default_rng(config.seed + epoch + 1).permutation(len(order)),
@@ -238,7 +201,7 @@ def train_ar(config: ARTrainConfig) -> Path:
             )
         index = order[cursor : cursor + config.batch_size]
         cursor += config.batch_size
-        lr = warmup_cosine(config, step, time.time() - start)
+        lr = warmup_cosine(config, step, run.seconds)
         for group in optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
@@ -248,28 +211,26 @@ def train_ar(config: ARTrainConfig) -> Path:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
-        step += 1
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss.item():.3f}", epoch=epoch)
-        if step % config.eval_every == 0:
+        run.progress.set_postfix(loss=f"{loss.item():.3f}", epoch=epoch)
+        if (step + 1) % config.eval_every == 0:
             record = {
-                "step": step,
+                "step": step + 1,
                 "epoch": epoch,
-                "minutes": (time.time() - start) / 60,
+                "minutes": run.minutes,
                 "lr": lr,
                 "train_loss": loss.item(),
                 "heldout_loss": evaluate(pipe, heldout, config),
             }
-            append_jsonl(log, record)
+            run.log(record)
             save(pipe, out, config, record)
     record = {
-        "step": step,
+        "step": run.step,
         "epoch": epoch,
-        "minutes": (time.time() - start) / 60,
+        "minutes": run.minutes,
         "heldout_loss": evaluate(pipe, heldout, config),
         "final": True,
     }
-    append_jsonl(log, record)
+    run.log(record)
     save(pipe, out, config, record)
     return out / "pipeline"
 
@@ -294,9 +255,3 @@ def save(pipe: JanusPipeline, out: Path, config: ARTrainConfig, record: dict) ->
     pipe.save_pretrained(out / "pipeline")
     (out / "train_config.json").write_text(json.dumps({**asdict(config), "words": []}, indent=2))
     (out / "metrics.json").write_text(json.dumps(record, indent=2))
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("ar", help="train the built-in Janus text-to-image model")
-    add_config_arguments(parser, ARTrainConfig, skip=("words",))
-    parser.set_defaults(func=lambda args: run_stage(train_ar, ARTrainConfig, args, "the AR pipeline"))

@@ -12,11 +12,8 @@ Saved as a CLIP folder (`arjet.eval.clip`): `open_clip_config.json`, bfloat16
 
 from __future__ import annotations
 
-import argparse
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -24,60 +21,10 @@ import torch.nn.functional as F
 from tokenizers.processors import TemplateProcessing
 
 from ..pipelines.text_tokenizer import build_word_tokenizer
-from .options import add_config_arguments, append_jsonl, require_folder, run_stage
+from .configs import ClipTrainConfig, vision_layers
+from .scaffold import TrainingRun, require_folder
 
 PAD, EOS = "<pad>", "</s>"
-VISION_TOWERS = ("resnet", "vit")
-
-
-@dataclass
-class ClipTrainConfig:
-    out: str = "artifacts/clip"  # never the installed package: copy a CLIP you want to ship there yourself
-    seed: int = 0
-    images: int = 100_000
-    image_size: int = 64
-    embed_dim: int = 128
-    vision: str = "resnet"  # open_clip's ModifiedResNet, or "vit"
-    vision_width: int = 16
-    vision_layers: str = "1,1,1,1"  # blocks per ResNet stage; one number (the depth) for a ViT
-    patch_size: int = 8  # ViT only
-    text_width: int = 96
-    text_layers: int = 3
-    context_length: int = 32
-    batch_size: int = 256
-    shape_negatives: int = 3  # per image: its caption with one object's shape swapped, this many times
-    color_negatives: int = 2  # likewise for colour
-    lr: float = 1e-3
-    max_steps: int = 20_000
-    max_minutes: float = 25.0
-    workers: int = 2
-    threads: int = 2
-    log_every: int = 100
-    eval_every: int = 1000  # zero-shot colour / shape accuracy on held-out renders (0: at the end only)
-    eval_scenes: int = 300
-    log: str = "artifacts/clip/train_log.jsonl"
-    init: str = ""  # a CLIP folder to continue from (same config)
-
-    cli_bounds: ClassVar[dict] = {"eval_every": (0, None), "eval_scenes": (0, None)}
-
-    def __post_init__(self):
-        if self.vision not in VISION_TOWERS:
-            raise ValueError(f"vision={self.vision!r}; choose one of {VISION_TOWERS}")
-        layers = _layers(self.vision_layers)
-        if self.vision == "vit" and len(layers) != 1:
-            raise ValueError(f"a ViT takes one number of layers, got vision_layers={self.vision_layers!r}")
-        if self.shape_negatives < 0 or self.color_negatives < 0:
-            raise ValueError("shape_negatives and color_negatives must be >= 0")
-
-
-def _layers(text: str) -> list[int]:
-    try:
-        layers = [int(part) for part in str(text).split(",")]
-    except ValueError:
-        layers = []
-    if not layers or min(layers) < 1:
-        raise ValueError(f"vision_layers={text!r}: expected positive integers separated by commas")
-    return layers
 
 
 def clip_tokenizer(words: list[str]):
@@ -91,7 +38,7 @@ def clip_tokenizer(words: list[str]):
 
 
 def model_config(config: ClipTrainConfig, vocab_size: int, pad_id: int, eos_id: int) -> dict:
-    layers = _layers(config.vision_layers)
+    layers = vision_layers(config.vision_layers)
     if config.vision == "resnet":
         vision = {
             "image_size": config.image_size,
@@ -200,7 +147,6 @@ def _render_set(config: ClipTrainConfig) -> tuple[torch.Tensor, list]:
 
 def train_clip(config: ClipTrainConfig) -> Path:
     import open_clip
-    from tqdm.auto import tqdm
 
     from ..eval.clip import WEIGHTS_FILE, OpenCLIP, save_open_clip_folder
     from ..eval.domain import zero_shot_accuracy
@@ -210,12 +156,7 @@ def train_clip(config: ClipTrainConfig) -> Path:
         init = require_folder("--init", config.init, "pass a CLIP folder saved by `arjet train clip`")
         if not (init / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"--init {config.init!r} holds no {WEIGHTS_FILE}")
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = Path(config.log)
-    log.parent.mkdir(parents=True, exist_ok=True)
+    run = TrainingRun(config, "clip", log=config.log)
     tokenizer = clip_tokenizer(domain_words(seed=config.seed))
     cfg = model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     model = open_clip.CLIP(**cfg)
@@ -238,13 +179,13 @@ def train_clip(config: ClipTrainConfig) -> Path:
         return tokenizer(texts, padding="max_length", truncation=True, max_length=config.context_length,
                          return_tensors="pt")["input_ids"]  # fmt: skip
 
-    def evaluate(step: int, minutes: float) -> None:
+    def evaluate(step: int) -> None:
         if config.eval_scenes > 0:
             accuracy = zero_shot_accuracy(
                 OpenCLIP(model, tokenize, key=f"training:{step}"), config.eval_scenes
             )
-            append_jsonl(log, {"step": step, "minutes": round(minutes, 2), **accuracy})
-            progress.write(
+            run.log({"step": step, "minutes": round(run.minutes, 2), **accuracy})
+            run.progress.write(
                 f"step {step}: zero-shot colour {accuracy['color']:.3f}, shape {accuracy['shape']:.3f}"
             )
         model.train()
@@ -252,10 +193,8 @@ def train_clip(config: ClipTrainConfig) -> Path:
     images, scenes = _render_set(config)
     rng = np.random.default_rng(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.1)
-    start, step = time.time(), 0
-    progress = tqdm(total=config.max_steps, desc="train clip", unit="step")
     model.train()
-    while step < config.max_steps and time.time() - start < config.max_minutes * 60:
+    for step in run.steps():
         index = rng.integers(0, len(scenes), config.batch_size)
         pixels = (images[torch.from_numpy(index)].float() / 255 - mean) / std
         texts = tokenize(captions_with_negatives([scenes[i] for i in index], config, rng))
@@ -268,31 +207,16 @@ def train_clip(config: ClipTrainConfig) -> Path:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        step += 1
-        progress.update(1)
-        if step % config.log_every == 0:
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            append_jsonl(
-                log,
-                {
-                    "step": step,
-                    "minutes": round((time.time() - start) / 60, 2),
-                    "loss": round(loss.item(), 4),
-                },
-            )
-        if config.eval_every > 0 and step % config.eval_every == 0:
-            evaluate(step, (time.time() - start) / 60)
-    progress.close()
-    if config.eval_every <= 0 or step % config.eval_every:
-        evaluate(step, (time.time() - start) / 60)
+        done = step + 1
+        if done % config.log_every == 0:
+            run.progress.set_postfix(loss=f"{loss.item():.3f}")
+            run.log({"step": done, "minutes": round(run.minutes, 2), "loss": round(loss.item(), 4)})
+        if config.eval_every > 0 and done % config.eval_every == 0:
+            evaluate(done)
+    if config.eval_every <= 0 or run.step % config.eval_every:
+        evaluate(run.step)
     model.eval()
     # bfloat16 on disk keeps the package small; open_clip loads it into float32 parameters
-    save_open_clip_folder(model.to(torch.bfloat16), cfg, out, preprocess_cfg=preprocess)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("clip", help="train the domain CLIP (offline CLIP score and FID features)")
-    add_config_arguments(parser, ClipTrainConfig)
-    parser.set_defaults(func=lambda args: run_stage(train_clip, ClipTrainConfig, args, "the domain CLIP"))
+    save_open_clip_folder(model.to(torch.bfloat16), cfg, run.out, preprocess_cfg=preprocess)
+    tokenizer.save_pretrained(run.out)
+    return run.out

@@ -5,18 +5,15 @@ noisy inputs are `denorm(alpha_t * norm(e) + sigma_t * eps) + level_embedding(t)
 the targets stay the clean next codes (ordinary cross-entropy). A share of sequences stays entirely clean
 and a share of prompts is dropped (CFG), so plain AR sampling keeps its quality. Works for any pipeline
 family through its session adapter; full fine-tuning for small models, LoRA (peft) for large ones;
-`accelerate launch -m arjet.train.sjd2 ...` spreads it over several GPUs. The result is the base pipeline
+`accelerate launch -m arjet train sjd2 ...` spreads it over several GPUs. The result is the base pipeline
 plus a `noise_conditioning` component, which is what `sjd2` requires; a base that already has one (an
 earlier SJD2 fine-tune) is continued.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -24,35 +21,10 @@ import torch
 
 from ..session import Prefix
 from ..session.noise import NoiseConditioning
-from .options import add_config_arguments, append_jsonl, run_stage
+from .configs import SJD2TrainConfig
+from .scaffold import TrainingRun
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
-
-
-@dataclass
-class SJD2TrainConfig:
-    base: str = "artifacts/ar/pipeline"
-    out: str = "artifacts/sjd2"
-    data: str = "shapes"
-    data_cache: str = "artifacts/ar/cache"
-    images: int = 120_000
-    seed: int = 0
-    levels: int = 16
-    min_segment: int = 8
-    max_segment: int = 64
-    clean_share: float = 0.25
-    condition_dropout: float = 0.1
-    batch_size: int = 64
-    lr: float = 3e-4
-    min_lr: float = 3e-4  # below lr: cosine decay to it (the noise conditioning's rate scales alike)
-    noise_lr: float = 1e-3
-    warmup_steps: int = 100
-    max_steps: int = 20_000
-    max_minutes: float = 60.0
-    lora_rank: int = 0
-    bf16: bool = True
-    threads: int = 2
-    log_every: int = 50
 
 
 def noisy_code_inputs(
@@ -139,7 +111,6 @@ class CodeData:
 
 def train_sjd2(config: SJD2TrainConfig) -> Path:
     from accelerate import Accelerator
-    from tqdm.auto import tqdm
 
     from ..pipelines import ARPipeline
 
@@ -147,9 +118,8 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
         raise FileNotFoundError(
             f"--data {config.data!r}: no such file; pass a JSON-lines file of prompt / image records, or 'shapes'"
         )
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
     accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+    run = TrainingRun(config, "sjd2", show=accelerator.is_main_process)
     pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32).to(accelerator.device)
     pipe.set_progress_bar_config(disable=True)
     grid = pipe.grid_for(*pipe.default_size())
@@ -179,16 +149,11 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     optimizer = accelerator.prepare(optimizer)
     generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
     order_rng = np.random.default_rng(config.seed + accelerator.process_index)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "train_log.jsonl"
-    start, step = time.time(), 0
-    progress = tqdm(total=config.max_steps, desc="train sjd2", disable=not accelerator.is_main_process)
     adapter = pipe.session_adapter()
-    while step < config.max_steps and time.time() - start < config.max_minutes * 60:
+    for step in run.steps():
         index = order_rng.integers(0, len(data), config.batch_size)
         prefix, codes = data.batch(index, grid)
-        scale = warmup_cosine(config, step, time.time() - start) / config.lr if config.lr > 0 else 0.0
+        scale = warmup_cosine(config, step, run.seconds) / config.lr if config.lr > 0 else 0.0
         for group, base_lr in zip(optimizer.param_groups, (config.lr, config.noise_lr), strict=True):
             group["lr"] = base_lr * scale
         with accelerator.autocast():
@@ -201,22 +166,20 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             _average_gradients(trainable, accelerator.num_processes)
         accelerator.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
-        step += 1
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss.item():.3f}")
-        if accelerator.is_main_process and step % config.log_every == 0:
-            append_jsonl(log, {"step": step, "minutes": (time.time() - start) / 60, "loss": loss.item()})
+        run.progress.set_postfix(loss=f"{loss.item():.3f}")
+        if accelerator.is_main_process and (step + 1) % config.log_every == 0:
+            run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item()})
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if config.lora_rank:
             model = model.merge_and_unload()
         pipe.register_modules(model=model.eval(), noise_conditioning=noise.eval())
-        pipe.save_pretrained(out / "pipeline")
-        (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
-        (out / "metrics.json").write_text(
-            json.dumps({"steps": step, "minutes": (time.time() - start) / 60}, indent=2)
+        pipe.save_pretrained(run.out / "pipeline")
+        (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+        (run.out / "metrics.json").write_text(
+            json.dumps({"steps": run.step, "minutes": run.minutes}, indent=2)
         )
-    return out / "pipeline"
+    return run.out / "pipeline"
 
 
 def _average_gradients(parameters: list[torch.nn.Parameter], processes: int) -> None:
@@ -250,22 +213,3 @@ def _code_table(pipe) -> torch.Tensor:
     vocab = adapter.code_vocab_size
     with torch.no_grad():
         return adapter.embed_codes(torch.arange(vocab)[None])[0].float()
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "sjd2", help="fine-tune an AR checkpoint for SJD2 (noisy-embedding inputs)"
-    )
-    add_config_arguments(parser, SJD2TrainConfig)
-    parser.set_defaults(func=lambda args: run_stage(train_sjd2, SJD2TrainConfig, args, "the SJD2 pipeline"))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m arjet.train.sjd2 ...` (the form `accelerate launch -m` needs) = `arjet train sjd2 ...`."""
-    from ..cli import main as arjet_main
-
-    return arjet_main(["train", "sjd2", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,42 +9,16 @@ latents, which keeps the whole codebook in use.
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from transformers import JanusVQVAE, JanusVQVAEConfig
 
-from .options import add_config_arguments, append_jsonl, run_stage
-
-
-@dataclass
-class VQTrainConfig:
-    out: str = "artifacts/vq"
-    seed: int = 0
-    image_size: int = 64
-    base_channels: int = 32
-    channel_multiplier: str = "1,2,3"
-    num_res_blocks: int = 2
-    latent_channels: int = 32
-    embed_dim: int = 8
-    codebook_size: int = 512
-    batch_size: int = 64
-    lr: float = 3e-4
-    max_steps: int = 100_000
-    max_minutes: float = 45.0
-    commitment: float = 0.25
-    edge_weight: float = 1.0
-    restart_every: int = 200
-    device: str = "cpu"
-    workers: int = 2
-    threads: int = 2
-    log_every: int = 100
-    eval_images: int = 1000
+from .configs import VQTrainConfig
+from .scaffold import TrainingRun
 
 
 def build_vq(config: VQTrainConfig) -> JanusVQVAE:
@@ -119,48 +93,38 @@ def _batches(config: VQTrainConfig):
 
 
 def train_vq(config: VQTrainConfig) -> Path:
-    from tqdm.auto import tqdm
-
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = TrainingRun(config, "vq")
     vq = build_vq(config).to(config.device).train()
     optimizer = torch.optim.Adam(vq.parameters(), lr=config.lr, betas=(0.9, 0.99))
     usage = torch.zeros(config.codebook_size, device=config.device)
     recent: list[torch.Tensor] = []
-    start, step = time.time(), 0
-    progress = tqdm(total=config.max_steps, desc="train vq", unit="step")
-    for pixels in _batches(config):
-        if step >= config.max_steps or time.time() - start > config.max_minutes * 60:
-            break
+    for step, pixels in zip(run.steps(), _batches(config), strict=False):  # the budget ends it
         pixels = pixels.to(config.device)
         reconstruction, codes, latents, chosen = quantize(vq, pixels)
         losses = vq_loss(config, pixels, reconstruction, latents, chosen)
         optimizer.zero_grad(set_to_none=True)
         losses["total"].backward()
         optimizer.step()
-        step += 1
+        done = step + 1
         usage += torch.bincount(codes.flatten(), minlength=config.codebook_size)
         recent = [*recent[-3:], latents.detach().permute(0, 2, 3, 1).reshape(-1, config.embed_dim)]
-        if step % config.restart_every == 0:
+        if done % config.restart_every == 0:
             _restart_dead_codes(vq, usage, torch.cat(recent))
             usage.zero_()
-        progress.update(1)
-        if step % config.log_every == 0:
+        if done % config.log_every == 0:
             record = {k: round(v.item(), 5) for k, v in losses.items()}
             record.update(
-                step=step,
-                minutes=round((time.time() - start) / 60, 2),
+                step=done,
+                minutes=round(run.minutes, 2),
                 psnr=round(psnr(reconstruction, pixels).mean().item(), 2),
             )
-            progress.set_postfix(psnr=record["psnr"], loss=record["total"])
-            append_jsonl(out / "train_log.jsonl", record)
-    vq.eval().save_pretrained(out)
-    metrics = evaluate_vq(out, count=config.eval_images, device=config.device)
-    metrics.update(steps=step, minutes=round((time.time() - start) / 60, 1), config=asdict(config))
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return out
+            run.progress.set_postfix(psnr=record["psnr"], loss=record["total"])
+            run.log(record)
+    vq.eval().save_pretrained(run.out)
+    metrics = evaluate_vq(run.out, count=config.eval_images, device=config.device)
+    metrics.update(steps=run.step, minutes=round(run.minutes, 1), config=asdict(config))
+    (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return run.out
 
 
 @torch.no_grad()
@@ -199,9 +163,3 @@ def evaluate_vq(path: str | Path, count: int = 1000, device: str = "cpu") -> dic
         "codebook_used": len(used),
         "codebook_size": vq.config.num_embeddings,
     }
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("vq", help="train the built-in model's VQ image tokenizer")
-    add_config_arguments(parser, VQTrainConfig)
-    parser.set_defaults(func=lambda args: run_stage(train_vq, VQTrainConfig, args, "the VQ tokenizer"))

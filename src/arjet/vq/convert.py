@@ -1,4 +1,4 @@
-"""`arjet convert-vqgan`: Meta's Chameleon `vqgan.ckpt` (+ `vqgan.yaml`) -> a `ChameleonVQGAN` folder.
+"""Meta's Chameleon `vqgan.ckpt` (+ `vqgan.yaml`) -> a `ChameleonVQGAN` folder (`arjet convert-vqgan`).
 
 The checkpoint is read with `torch.load(weights_only=True)`, so a file holding arbitrary pickled Python
 objects is refused instead of executed; the output is `config.json` + safetensors weights.
@@ -6,8 +6,6 @@ objects is refused instead of executed; the output is `config.json` + safetensor
 
 from __future__ import annotations
 
-import argparse
-import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,37 +138,3 @@ def convert_chameleon_vqgan(
     load_taming_state_dict(model, state)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
-
-
-# -- command line ----------------------------------------------------------------------------------
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("ckpt", help="Meta's vqgan.ckpt (Lightning checkpoint or bare state dict)")
-    parser.add_argument("out", help="output folder (config.json + diffusion_pytorch_model.safetensors)")
-    parser.add_argument(
-        "--config", default=None, help="the matching vqgan.yaml (default: Chameleon's values)"
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    out = convert_chameleon_vqgan(args.ckpt, args.out, args.config)
-    print(f"wrote ChameleonVQGAN to {out}")
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "convert-vqgan", help="convert Meta's Chameleon vqgan.ckpt for Lumina-mGPT", description=__doc__
-    )
-    _add_arguments(parser)
-    parser.set_defaults(func=_run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`arjet convert-vqgan CKPT OUT [--config YAML]` (the same as `arjet convert-vqgan ...`)."""
-    from ..cli import main as arjet_main
-
-    return arjet_main(["convert-vqgan", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

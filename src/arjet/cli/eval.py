@@ -1,69 +1,95 @@
 """`arjet eval`: every sampler on the same prompts and seeds; FID, CLIP score and speed, side by side.
 
-    arjet eval --model M --samplers ar,sjd,zipar --prompts shapes --n 200 --seeds 0 --out runs/shapes
+    arjet eval --samplers ar,sjd,zipar --prompts shapes --n 200 --seed 0 --out runs/shapes
 
-Sampler specs are names from `arjet.samplers.available()`, optionally with arguments after a colon. A
-list is split at `;` when it has one, else at `,`, where a piece of the form `key=value` continues the
-spec before it: `ar,sjd:window=32,init=random,zipar` is three samplers. `--sampler SPEC` (repeatable)
-adds one spec verbatim.
+Sampler specs are names from `arjet samplers`, optionally with arguments after a colon. A list is split at
+`;` when it has one, else at `,`, where a piece of the form `key=value` continues the spec before it:
+`ar,sjd:window=32,init=random,zipar` is three samplers. `--sampler SPEC` (repeatable) adds one spec
+verbatim. `--seed 0,1,2` (or `0-2`) repeats the run for each seed; prompt i uses seed + i.
 
-Sharded: `accelerate launch --num_processes N -m arjet.eval ...` (on GPUs) or, on CPUs,
-`accelerate launch --multi_gpu --num_processes N -m arjet.eval ...` / `torchrun --nproc_per_node N -m
-arjet.eval ...` (Accelerate's `--cpu` starts one process only, unless it is given an MPI host file). All
-processes must see the same --out folder.
+The same command again resumes an interrupted run. Sharded: `accelerate launch --num_processes N -m arjet
+eval ...` (on GPUs) or, on CPUs, `accelerate launch --multi_gpu --num_processes N -m arjet eval ...` /
+`torchrun --nproc_per_node N -m arjet eval ...` (Accelerate's `--cpu` starts one process only, unless it
+is given an MPI host file). All processes must see the same --out folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 import warnings
 from pathlib import Path
 
 from .. import checks
-from ..commands.common import add_model_arguments, add_sampling_arguments, add_size_arguments
 from ..limits import DEFAULT_LIMITS
+from .options import (
+    add_command,
+    add_model_arguments,
+    add_sampling_arguments,
+    add_size_arguments,
+    apply_threads,
+    check_model_arguments,
+    note,
+    sampling_options,
+)
 
 DEFAULT_SAMPLERS = "ar,sjd,zipar"
+DEFAULT_N = 200  # prompts when --n is not given (or all of a smaller set): FID means little far below
 MAX_SEEDS = 1000  # seeds per run (each one is a full pass over the prompts for every sampler)
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers,
         "eval",
-        help="FID, CLIP score and speed of samplers side by side (resumable, shardable)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "FID, CLIP score and speed of samplers side by side (resumable, shardable)",
+        __doc__,
     )
     add_model_arguments(parser)
     parser.add_argument(
         "--samplers",
+        metavar="SPECS",
         default=DEFAULT_SAMPLERS,
         help="sampler specs, e.g. 'ar,sjd:window=32,init=random,zipar' or 'ar;sjd:window=32;zipar' "
         f"(default {DEFAULT_SAMPLERS})",
     )
-    parser.add_argument("--sampler", action="append", default=[], help="one more sampler spec (repeatable)")
+    parser.add_argument(
+        "--sampler", action="append", default=[], metavar="SPEC", help="one more sampler spec (repeatable)"
+    )
     parser.add_argument(
         "--prompts",
         default="shapes",
+        metavar="SET_OR_FILE",
         help="prompt set (parti, geneval, drawbench, coco5k, coco30k, dpg, shapes) or a .txt/.tsv/.csv/.jsonl "
         "file (default: shapes, the built-in domain's held-out set)",
     )
     parser.add_argument(
-        "--n", type=checks.int_type(1), default=None, help="first N prompts of the set (default: all)"
+        "--n",
+        type=checks.int_type(1),
+        default=None,
+        metavar="N",
+        help=f"first N prompts of the set (default {DEFAULT_N}, or all of a smaller set)",
     )
     parser.add_argument(
-        "--seeds",
+        "--seed",
         default="0",
-        help=f"seeds, e.g. '0' or '0,1,2' or '0-3' (at most {MAX_SEEDS}); prompt i uses seed + i",
+        metavar="SEEDS",
+        help=f"seed, or seeds: '0', '0,1,2' or '0-3' (at most {MAX_SEEDS}); a full pass per seed, prompt i "
+        "uses seed + i (default 0)",
     )
-    parser.add_argument("--out", required=True, help="run folder: images, records, metrics, report, plots")
+    parser.add_argument("--seeds", default=None, help=argparse.SUPPRESS)  # the old spelling of --seed
     parser.add_argument(
-        "--data-dir", default=None, help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)"
+        "--out", required=True, metavar="DIR", help="run folder: images, records, metrics, report, plots"
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)",
     )
     parser.add_argument(
         "--batch-size",
+        metavar="N",
         type=checks.int_type(1, DEFAULT_LIMITS.max_images_per_call),
         default=1,
         help="images per pipeline call (default 1)",
@@ -72,33 +98,39 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     add_sampling_arguments(parser)
     parser.add_argument(
         "--fid-features",
+        metavar="SPEC",
         default="domain",
         help="FID feature network: domain[:<folder>], inception[:<weights file>], "
         "open_clip:<model>:<weights file>, or none (default: domain, the built-in domain CLIP)",
     )
     parser.add_argument(
         "--clip-model",
+        metavar="SPEC",
         default="domain",
         help="CLIP for the CLIP score: domain[:<folder>], open_clip:<model>:<weights file>, or none (default: domain)",
     )
     parser.add_argument(
         "--reference-dir",
+        metavar="DIR",
         default=None,
         help="folder of real images for FID (default for --prompts shapes: renders of the held-out scenes)",
     )
     parser.add_argument(
         "--stats-cache",
+        metavar="DIR",
         default=None,
         help="cache of reference statistics (default ~/.cache/arjet/fid-reference)",
     )
     parser.add_argument(
         "--metric-batch-size",
+        metavar="N",
         type=checks.int_type(1, 4096),
         default=32,
         help="images per feature/CLIP batch (default 32)",
     )
     parser.add_argument(
         "--grid-prompts",
+        metavar="N",
         type=checks.int_type(1, 64),
         default=4,
         help="prompts (rows) in the image grid plot (default 4)",
@@ -107,9 +139,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_seeds(text: str, limit: int = MAX_SEEDS) -> list[int]:
+def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> list[int]:
     """'0', '0,1,2', '0-3' or a mix ('0-2,10') -> distinct seeds in order: integers `0 <= seed < 2**63`, at
-    most `limit` of them (counted before any list is built, so `0-1000000000` fails at once)."""
+    most `limit` of them (counted before any list is built, so `0-1000000000` fails at once). Errors name
+    `option`, the spelling the user typed."""
     ranges: list[range] = []
     count = 0
     for piece in (p.strip() for p in text.split(",") if p.strip()):
@@ -119,18 +152,18 @@ def parse_seeds(text: str, limit: int = MAX_SEEDS) -> list[int]:
             high = int(last) if dash else low
         except ValueError:
             raise ValueError(
-                f"--seeds takes integers >= 0 like '0', '0,1,2' or '0-3', got {text!r}"
+                f"{option} takes integers >= 0 like '0', '0,1,2' or '0-3', got {text!r}"
             ) from None
         if not 0 <= low <= high < checks.SEED_LIMIT:
             raise ValueError(
-                f"--seeds takes integers from 0 to 2**63 - 1 and ranges low-high with low <= high, got {piece!r}"
+                f"{option} takes integers from 0 to 2**63 - 1 and ranges low-high with low <= high, got {piece!r}"
             )
         count += high - low + 1
         if count > limit:
-            raise ValueError(f"--seeds {text!r} lists more than {limit} seeds; use at most {limit} per run")
+            raise ValueError(f"{option} {text!r} lists more than {limit} seeds; use at most {limit} per run")
         ranges.append(range(low, high + 1))
     if not ranges:
-        raise ValueError(f"--seeds lists no seed: {text!r}")
+        raise ValueError(f"{option} lists no seed: {text!r}")
     return list(dict.fromkeys(seed for values in ranges for seed in values))
 
 
@@ -153,7 +186,7 @@ def canonical_command(args: argparse.Namespace) -> str:
 
 def _defaults() -> dict:
     parser = argparse.ArgumentParser()
-    register_cli(parser.add_subparsers())
+    add_parser(parser.add_subparsers())
     return vars(parser.parse_args(["eval", "--out", ""]))
 
 
@@ -164,18 +197,18 @@ def _optional(spec: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from .. import samplers
     from ..builtin import DEFAULT_MODEL, available_models
-    from ..commands.common import check_model_arguments
-    from ..pipelines.base import check_sampling_options
-    from .prompts import PROMPT_SETS, load_prompts
-    from .reference import reference_source
-    from .runner import join_processes, run_eval
-    from .scoring import MetricOptions
-    from .settings import EvalSettings
+    from ..eval.prompts import PROMPT_SETS, load_prompts
+    from ..eval.reference import reference_source
+    from ..eval.report import judge_note
+    from ..eval.runner import join_processes, run_eval
+    from ..eval.scoring import MetricOptions
+    from ..eval.settings import EvalSettings
 
     # 1. everything the user typed, checked before anything is loaded or written
     specs = samplers.parse_specs(args.samplers, args.sampler)  # checks every spec
-    seeds = parse_seeds(args.seeds)
-    check_sampling_options(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+    seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
+    seeds = parse_seeds(seed_text, option=seed_option)
+    sampling = sampling_options(args)
     checks.output_dir("--out", args.out)
     if args.stats_cache:
         checks.output_dir("--stats-cache", args.stats_cache)
@@ -184,17 +217,24 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         prompts = load_prompts(args.prompts, args.n, args.data_dir)
+    prompts = prompts if args.n is not None else prompts[:DEFAULT_N]
     if state.is_main_process:
+        if args.seeds is not None:
+            note(args, "--seeds is deprecated; use --seed (it takes the same '0', '0,1,2' or '0-3')")
         for warning in caught:
-            print(f"arjet eval: note: {warning.message}", file=sys.stderr)
+            note(args, str(warning.message))
+        judged = judge_note(args.prompts, _optional(args.fid_features), _optional(args.clip_model))
+        if judged:
+            note(args, judged)
     for seed in seeds:
-        checks.seed("--seeds", seed, len(prompts))  # prompt i uses seed + i
+        checks.seed(seed_option, seed, len(prompts))  # prompt i uses seed + i
     prompt_source = args.prompts
     if args.prompts not in PROMPT_SETS and Path(args.prompts).expanduser().is_file():
         prompt_source = str(Path(args.prompts).expanduser().resolve())
     model = args.model or DEFAULT_MODEL  # a built-in model keeps its name (portable reports)
     if model not in available_models() and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
+    apply_threads(args)
 
     # 2. the run
     settings = EvalSettings(
@@ -206,11 +246,8 @@ def run(args: argparse.Namespace) -> int:
         prompts_sha1=EvalSettings.prompt_digest(prompts),
         height=args.height,
         width=args.width,
-        guidance_scale=args.guidance_scale,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         dtype=args.dtype,
+        **sampling.kwargs(),
     )
     options = MetricOptions(
         fid_features=_optional(args.fid_features),
@@ -233,19 +270,12 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. the table, on the main process
     if metrics is not None:
-        from .report import results_table
-        from .scoring import SamplerResult
+        from ..eval.report import results_table
+        from ..eval.scoring import SamplerResult
 
         print()
         print(results_table([SamplerResult(**row) for row in metrics["samplers"]]))
-        for note in metrics["notes"]:
-            print(f"note: {note}")
+        for line in metrics["notes"]:
+            print(f"note: {line}")
         print(f"wrote {Path(args.out) / 'report.md'}, metrics.json, records.jsonl and plots/")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m arjet.eval ...` (e.g. under `accelerate launch -m arjet.eval ...`) = `arjet eval ...`."""
-    from ..cli import main as arjet_main
-
-    return arjet_main(["eval", *(sys.argv[1:] if argv is None else argv)])

@@ -6,11 +6,23 @@ import argparse
 from pathlib import Path
 
 from .. import checks
+from .options import add_command, add_device_argument, add_threads_argument, apply_threads
+
+DESCRIPTION = """Serve the web demo: watch a sampler fill in the image, see which forward pass fixed each
+cell, and compare with plain `ar` on the same prompt and seed.
+
+  arjet app --port 7860                                   # http://127.0.0.1:7860
+  arjet app --model shapes --model /models/Janus-Pro-1B --device cuda
+
+One decode runs at a time; requests beyond --max-queue are refused, and one that decodes for longer than
+--time-limit is stopped so the next can run."""
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("app", help="serve the web demo")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(subparsers, "app", "serve the web demo", DESCRIPTION)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument(
         "--port", type=checks.int_type(1, 65535), default=7860, help="TCP port (default 7860)"
     )
@@ -18,15 +30,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         action="append",
         default=None,
+        metavar="NAME_OR_PATH",
         help="built-in name or local checkpoint folder offered in the page; repeat for several "
         "(default: every built-in model)",
     )
-    parser.add_argument(
-        "--device",
-        type=checks.device_type(),
-        default=None,
-        help="torch device (default: cuda if available, else cpu)",
-    )
+    add_device_argument(parser)
+    add_threads_argument(parser)
     parser.add_argument(
         "--max-queue",
         type=checks.int_type(1, 10_000),
@@ -59,12 +68,12 @@ def model_choices(values: list[str] | None) -> dict[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from .ui import build_demo, serve
+    from ..app.ui import build_demo, serve
+    from ..pipelines.loading import default_device
 
     choices = model_choices(args.model)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    apply_threads(args)
+    device = args.device or default_device()
     demo = build_demo(choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit)
     serve(demo, args.host, args.port)
     return 0

@@ -1,31 +1,46 @@
-"""`arjet bench`: every sampler on the same prompts and seeds, in one process, ratios against `ar`.
-
-`--model` times a real checkpoint (or the built-in model); `--arch NAME --random-weights` builds a released
-checkpoint's architecture with random weights on the device (`arjet.random_pipeline`), which times the
-true per-step cost of the real sizes without their weights.
-"""
+"""`arjet bench`: every sampler on the same prompts and seeds, in one process, ratios against `ar`."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import warnings
-from pathlib import Path
 
-from .common import DTYPES, add_model_arguments, add_sampling_arguments, load_pipeline, sampling_kwargs
+from .. import checks
+from .options import (
+    add_command,
+    add_json_argument,
+    add_model_arguments,
+    add_sampling_arguments,
+    add_seed_argument,
+    add_size_arguments,
+    json_output,
+    json_text,
+    load_pipeline,
+    sampling_options,
+)
+
+DESCRIPTION = """Time samplers side by side: forward passes, step compression, seconds and latency speedup
+against `ar`, accepted codes per step, peak memory, and each forward's time against the bandwidth floor.
+
+  arjet bench --samplers ar,sjd,zipar --n 8
+  arjet bench --arch janus-pro-7b --random-weights --device cuda --n 4 --out runs/janus-pro-7b.json
+
+--model times a real checkpoint (default: the built-in model); --arch NAME --random-weights builds a
+released checkpoint's architecture with random weights on the device (`arjet models` lists them), which
+times the true per-step cost of the real sizes without their weights."""
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    from ..presets import available_presets
-
-    parser = subparsers.add_parser("bench", help="compare samplers' forward passes, latency and memory")
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        subparsers, "bench", "time samplers side by side (forward passes, latency)", DESCRIPTION
+    )
     add_model_arguments(parser)
     parser.add_argument(
         "--arch",
         default=None,
-        help=f"a released checkpoint's architecture with random weights ({', '.join(available_presets())}); "
-        "needs --random-weights, excludes --model",
+        metavar="NAME",
+        help="a released checkpoint's architecture with random weights (`arjet models` lists them); needs "
+        "--random-weights, excludes --model",
     )
     parser.add_argument(
         "--random-weights",
@@ -33,67 +48,78 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         help="build --arch with random weights (seeded by --seed) on --device; default dtype bfloat16 on CUDA, "
         "float32 on CPU",
     )
-    parser.add_argument(
-        "--height", type=int, default=None, help="image height in pixels (default: the model's)"
-    )
-    parser.add_argument(
-        "--width", type=int, default=None, help="image width in pixels (default: the model's)"
-    )
+    add_size_arguments(parser, minimum=None)
     parser.add_argument(
         "--samplers",
         default="ar,sjd,zipar",
+        metavar="SPECS",
         help="sampler specs: 'ar,sjd,zipar', 'ar,sjd:window=32,init=random,zipar:w=4' or ';'-separated; "
-        "'ar' is added first if missing",
+        "'ar' is added first if missing (default ar,sjd,zipar)",
     )
     parser.add_argument(
-        "--prompts", default=None, help="prompt set name or file (default: the built-in model's held-out set)"
+        "--prompts",
+        default=None,
+        metavar="SET_OR_FILE",
+        help="prompt set name or file (default: the built-in model's held-out set)",
     )
-    parser.add_argument("--n", type=int, default=8, help="number of prompts (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="image i uses seed + i")
     parser.add_argument(
-        "--data-dir", default=None, help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)"
+        "--n", type=checks.int_type(1), default=8, metavar="N", help="number of prompts (default 8)"
+    )
+    add_seed_argument(parser)
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)",
     )
     add_sampling_arguments(parser)
     parser.add_argument(
-        "--json", dest="json_out", default=None, help="also write the full results as JSON here"
+        "--out", default=None, metavar="FILE", help="also write the full results here (.json)"
     )
+    add_json_argument(parser, path_was_allowed=True)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import samplers
-    from ..bench import run_bench
+    from ..eval.bench import run_bench
     from ..eval.prompts import load_prompts
-    from ..pipelines.base import check_sampling_options
 
     # 1. everything the command line says is checked before any model work
-    json_path = check_json_path(args.json_out) if args.json_out is not None else None
+    print_json, out, option = json_output(args)
+    path = checks.output_file(option, out, suffixes=(".json",)) if out is not None else None
     arch = check_arch(args)
     for name in ("height", "width"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{name} must be a positive number of pixels, got {value}")
-    specs = samplers.parse_specs(args.samplers)
+    specs = samplers.parse_specs(args.samplers)  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
-    for spec in specs:
-        samplers.get(spec)
-    check_sampling_options(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+    sampling = sampling_options(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir)
 
     # 2. the model, then the bench
-    call_kwargs = sampling_kwargs(args)
-    call_kwargs.update({k: v for k, v in (("height", args.height), ("width", args.width)) if v is not None})
+    call = {**sampling.kwargs(), "height": args.height, "width": args.width}
+    call = {key: value for key, value in call.items() if value is not None}
     if arch is None:
         pipe = load_pipeline(args)
-        result = run_bench(pipe, specs, prompts, seed=args.seed, **call_kwargs)
+        result = run_bench(pipe, specs, prompts, seed=args.seed, progress=not print_json, **call)
     else:
         pipe = _random_pipeline(args, arch)
         _note_unknown_words(pipe, prompts)
         with warnings.catch_warnings():  # noted once above: words do not change a random model's cost
             warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
-            result = run_bench(pipe, specs, prompts, seed=args.seed, arch=arch, **call_kwargs)
+            result = run_bench(
+                pipe, specs, prompts, seed=args.seed, arch=arch, progress=not print_json, **call
+            )
 
     # 3. report
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json_text(result.to_dict()) + "\n")
+    if print_json:
+        print(json_text(result.to_dict()))
+        return 0
     env = result.environment
     model = f"{arch}, random weights" if arch else env["pipeline"]
     print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({model}, {env['dtype']})")
@@ -108,10 +134,8 @@ def run(args: argparse.Namespace) -> int:
             f"GB, CFG rows included), over the measured copy bandwidth ({env['copy_bandwidth_gb_s']:.3g} GB/s, "
             "read + write)"
         )
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result.to_dict(), indent=2))
-        print(f"wrote {json_path}")
+    if path is not None:
+        print(f"wrote {path}")
     return 0
 
 
@@ -137,32 +161,23 @@ def check_arch(args: argparse.Namespace) -> str | None:
     return args.arch
 
 
-def check_json_path(value: str) -> Path:
-    """`--json` as a path the results can be written to: not a folder, under a folder (existing or to be
-    made) that is writable."""
-    path = Path(value).expanduser()
-    if not value or path.is_dir():
-        raise ValueError(f"--json {value!r} is a folder; give a file path such as {path / 'bench.json'}")
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"--json {value}: {ancestor} is a file, so no folder can be made there")
-    if not os.access(ancestor, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"--json {value}: not writable here (no write permission in {ancestor})")
-    return path
-
-
 def _random_pipeline(args: argparse.Namespace, arch: str):
     import torch
 
+    from ..pipelines.loading import torch_dtype
     from ..presets import random_pipeline
+    from .options import apply_threads
 
     if args.device is not None and args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: CUDA is not available on this machine")
-    dtype = DTYPES[args.dtype] if args.dtype else None
+    apply_threads(args)
     return random_pipeline(
-        arch, device=args.device, dtype=dtype, height=args.height, width=args.width, seed=args.seed
+        arch,
+        device=args.device,
+        dtype=torch_dtype(args.dtype),
+        height=args.height,
+        width=args.width,
+        seed=args.seed,
     )
 
 

@@ -1,4 +1,4 @@
-"""Training commands: bounded options, outputs under the working folder, missing inputs named, the saved path said."""
+"""`arjet train`: bounded options from each stage's config, outputs under the working folder, missing inputs named, the saved path said."""
 
 from pathlib import Path
 

@@ -87,8 +87,10 @@ def no_model_work(monkeypatch, tmp_path):
         raise ModelWork("reached model work with a bad value")
 
     import arjet.app.ui
-    import arjet.commands.common
-    import arjet.commands.generate
+    import arjet.cli.bench
+    import arjet.cli.domain_report
+    import arjet.cli.generate
+    import arjet.cli.options
     import arjet.eval.runner
     import arjet.pipelines.base
     import arjet.train.ar
@@ -97,8 +99,10 @@ def no_model_work(monkeypatch, tmp_path):
     import arjet.train.vq
 
     for module, name in [
-        (arjet.commands.common, "load_pipeline"),
-        (arjet.commands.generate, "load_pipeline"),
+        (arjet.cli.options, "load_pipeline"),
+        (arjet.cli.generate, "load_pipeline"),
+        (arjet.cli.bench, "load_pipeline"),
+        (arjet.cli.domain_report, "load_pipeline"),
         (arjet.eval.runner, "_load_pipeline"),
         (arjet.app.ui, "build_demo"),
         (arjet.app.ui, "serve"),

@@ -7,7 +7,7 @@ import PIL.Image
 import pytest
 
 from arjet import cli, samplers
-from arjet.commands import generate
+from arjet.cli import generate
 from arjet.testing import tiny_pipeline
 
 PROMPT = "a red circle left of a blue square"
@@ -116,3 +116,14 @@ def test_a_missing_model_folder_is_named_before_any_load(tmp_path, monkeypatch, 
     assert cli.main(["generate", PROMPT, "--model", str(missing), "--out", str(tmp_path / "x.png")]) == 2
     error = capsys.readouterr().err
     assert error.startswith("arjet generate: error: ") and str(missing) in error
+
+
+def test_several_images_print_what_each_cost(saved, tmp_path, capsys):
+    folder, _ = saved
+    out = tmp_path / "grid.png"
+    argv = ["generate", PROMPT, "--model", str(folder), "--device", "cpu", "--sampler", "sjd: window=4"]
+    assert cli.main([*argv, "--num-images", "3", "--seed", "5", "--out", str(out), "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"saved {out}: 3 images as one grid, row by row"
+    assert [line.split(":")[0] for line in lines[1:]] == [f"  image {i} (seed {5 + i})" for i in range(3)]
+    assert all("with sjd:window=4," in line for line in lines[1:])

@@ -1,0 +1,217 @@
+"""What the commands share: arjet's argument parser, the options that mean the same in every command, and
+the checks that run before any model work.
+
+Every option is typed and bounded when it is parsed (`arjet.checks`); a command then checks what needs no
+model (sampler specs, sampling numbers, output paths, the model folder) before it loads one, so a bad
+command line fails in a moment with `arjet CMD: error: ...` (exit status 2), never after a slow load.
+Nothing here imports torch at import time, so `arjet --help` stays fast.
+
+One meaning per option name: `--model` a built-in name, folder or cached hub id; `--seed S` image i uses
+seed S + i; `--out` where the command writes its result; `--json` prints the result as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .. import checks
+from ..pipelines.loading import DTYPES
+
+MAX_SIDE = 16_384  # pixels; far above any supported model's size (each family checks its own sizes)
+SEED_HELP = "seed of the first image; image i uses seed + i (default 0)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with arjet's one error format: `arjet CMD: error: MESSAGE` first, then where to find the
+    usage; exit status 2 (argparse's own convention for a bad command line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction, name: str, summary: str, description: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """A command's parser: `summary` is its line in `arjet --help`, `description` heads `arjet NAME --help`
+    (kept as written: examples and lists stay laid out)."""
+    return subparsers.add_parser(
+        name,
+        help=summary,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
+
+
+# -- options ------------------------------------------------------------------------------------------
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        type=checks.device_type(),
+        default=None,
+        help="torch device: cpu, cuda or cuda:N (default: cuda if available, else cpu)",
+    )
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--model`, `--device`, `--dtype` and `--threads`: which model, where and how it runs."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="built-in model name (`arjet models`), local checkpoint folder, or hub id already in the local "
+        "Hugging Face cache (default: the built-in shapes model)",
+    )
+    add_device_argument(parser)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="weights dtype (default: the checkpoint's; float32 for the built-in models)",
+    )
+    add_threads_argument(parser)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads",
+        type=checks.int_type(1, 1024),
+        default=None,
+        metavar="N",
+        help="CPU threads torch may use (default: torch's choice, one per core; on a shared machine fewer "
+        "is often faster)",
+    )
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The numbers that shape the target distribution (`arjet.samplers.SamplingOptions`)."""
+    parser.add_argument(
+        "--guidance-scale",
+        type=checks.float_type(0.0),
+        default=None,
+        metavar="S",
+        help="classifier-free guidance scale; 1 disables CFG (default: the model's, 3 for the built-in ones)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=checks.float_type(0.0),
+        default=1.0,
+        metavar="T",
+        help="sampling temperature; 0 = greedy (default 1)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=checks.int_type(1),
+        default=None,
+        metavar="K",
+        help="sample among the K most likely codes only (default: the model family's, none for Janus)",
+    )
+    parser.add_argument(
+        "--top-p",
+        type=checks.float_type(0.0, 1.0, exclusive_minimum=True),
+        default=None,
+        metavar="P",
+        help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off)",
+    )
+
+
+def add_size_arguments(parser: argparse.ArgumentParser, minimum: int | None = 1) -> None:
+    """`--height` / `--width` in pixels (`minimum=None`: the command checks the lower bound itself)."""
+    for name in ("height", "width"):
+        parser.add_argument(
+            f"--{name}",
+            type=checks.int_type(minimum, MAX_SIDE),
+            default=None,
+            metavar="PIXELS",
+            help=f"image {name} in pixels (default: the model's)",
+        )
+
+
+def add_seed_argument(parser: argparse.ArgumentParser, limit_note: str = "") -> None:
+    parser.add_argument(
+        "--seed",
+        type=checks.int_type(0, checks.SEED_LIMIT - 1),
+        default=0,
+        metavar="S",
+        help=SEED_HELP + limit_note,
+    )
+
+
+def add_json_argument(parser: argparse.ArgumentParser, *, path_was_allowed: bool = False) -> None:
+    """`--json`: print the result as JSON on stdout. Where `--json PATH` used to write a file, that spelling
+    still works (a note says to use `--out PATH`)."""
+    what = "print the results as JSON on stdout"
+    if path_was_allowed:
+        parser.add_argument("--json", nargs="?", const=True, default=False, metavar="PATH", help=what)
+    else:
+        parser.add_argument("--json", action="store_true", help=what)
+
+
+# -- the same step in every command --------------------------------------------------------------------
+def note(args: argparse.Namespace, message: str) -> None:
+    """One line on stderr: `arjet CMD: note: ...`."""
+    print(f"arjet {args.command}: note: {message}", file=sys.stderr)
+
+
+def json_output(args: argparse.Namespace) -> tuple[bool, str | None, str | None]:
+    """(print JSON?, output path, the option that named it) from `--json` / `--out`, where the old
+    `--json PATH` spelling is read as `--out PATH` with a note."""
+    if isinstance(args.json, str):
+        note(args, f"`--json {args.json}` is deprecated; use --out {args.json} (--json alone prints JSON)")
+        return False, args.json, "--json"
+    return bool(args.json), args.out, "--out"
+
+
+def check_model_arguments(args: argparse.Namespace) -> str:
+    """The checkpoint folder `--model` names (a built-in name, a folder, or a hub id already in the local
+    Hugging Face cache), found without loading anything or using the network; FileNotFoundError naming
+    the path otherwise."""
+    from ..builtin import resolve_model
+    from ..pipelines.loading import resolve_checkpoint
+
+    return str(resolve_checkpoint(resolve_model(args.model)))
+
+
+def sampling_options(args: argparse.Namespace):
+    """The command line's `SamplingOptions`, checked once (e.g. a temperature so small that the logits
+    overflow is refused here, before any model is loaded)."""
+    from ..samplers import SamplingOptions
+
+    return SamplingOptions(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def load_pipeline(args: argparse.Namespace):
+    """The pipeline `--model` names, in `--dtype`, on `--device` (default: cuda if available, else cpu)."""
+    from ..builtin import load_model
+    from ..pipelines.loading import default_device
+
+    apply_threads(args)
+    return load_model(args.model, device=args.device or default_device(), dtype=args.dtype)
+
+
+def json_text(value: Any, indent: int = 2) -> str:
+    """JSON for people: nested objects indented, lists of plain numbers or strings kept on one line."""
+    return _json_lines(value, indent, 0)
+
+
+def _json_lines(value: Any, indent: int, depth: int) -> str:
+    pad, inner = " " * (indent * depth), " " * (indent * (depth + 1))
+    if isinstance(value, dict) and value:
+        items = [
+            f"{inner}{json.dumps(str(k))}: {_json_lines(v, indent, depth + 1)}" for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, (list, tuple)) and value and any(isinstance(v, (dict, list, tuple)) for v in value):
+        items = [f"{inner}{_json_lines(v, indent, depth + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    return json.dumps(value)

@@ -1,1 +1,0 @@
-"""Command-line commands (`arjet generate`, `arjet bench`); see `arjet.cli`."""

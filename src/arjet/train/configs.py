@@ -1,0 +1,221 @@
+"""The settings of every `arjet train` stage, as data: one dataclass per stage, each field with its help
+and its bounds, so `arjet train STAGE --help` and the checks of its options read them from one place
+(counts are integers >= 0 unless a minimum says otherwise). Nothing heavy is imported here.
+
+What every stage shares (seed, CPU threads, output folder, a budget of steps and wall-clock minutes) is
+run by `arjet.train.scaffold.TrainingRun`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import checks
+
+VISION_TOWERS = ("resnet", "vit")
+
+
+def option(
+    default: Any,
+    help: str,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    *,
+    exclusive_minimum: bool = False,
+) -> Any:
+    """A config field: its default, one line of help and its bounds (numbers: `minimum` 0 unless given)."""
+    if minimum is None and checks.is_number(default):
+        minimum = 0
+    bounds = {"minimum": minimum, "maximum": maximum, "exclusive_minimum": exclusive_minimum}
+    return field(default=default, metadata={"help": help, **bounds})
+
+
+def positive(default: Any, help: str) -> Any:
+    """A size, count or rate that must be above zero (integers >= 1, numbers > 0)."""
+    if isinstance(default, float):
+        return option(default, help, 0.0, exclusive_minimum=True)
+    return option(default, help, 1)
+
+
+def share(default: float, help: str) -> Any:
+    return option(default, help, 0.0, 1.0)
+
+
+def seed() -> Any:
+    return option(0, "random seed of the weights, the data order and the noise")
+
+
+def threads() -> Any:
+    return positive(2, "CPU threads torch may use")
+
+
+def max_minutes(default: float) -> Any:
+    return positive(default, "wall-clock budget in minutes; training stops at this or --max-steps")
+
+
+def max_steps(default: int) -> Any:
+    return option(default, "optimizer steps at most; training stops at this or --max-minutes")
+
+
+def device() -> Any:
+    return option("cpu", "torch device to train on: cpu, cuda or cuda:N")
+
+
+@dataclass
+class VQTrainConfig:
+    """`arjet train vq`: the built-in model's image tokenizer, a small transformers `JanusVQVAE`."""
+
+    out: str = option("artifacts/vq", "output folder: weights, train_log.jsonl, metrics.json")
+    seed: int = seed()
+    image_size: int = positive(64, "side of the training renders in pixels")
+    base_channels: int = positive(32, "channels of the first encoder level")
+    channel_multiplier: str = option("1,2,3", "channel multiplier per level, comma separated")
+    num_res_blocks: int = positive(2, "residual blocks per level")
+    latent_channels: int = positive(32, "channels of the latent before quantization")
+    embed_dim: int = positive(8, "width of each code vector")
+    codebook_size: int = positive(512, "number of codes")
+    batch_size: int = positive(64, "images per step")
+    lr: float = positive(3e-4, "Adam learning rate")
+    max_steps: int = max_steps(100_000)
+    max_minutes: float = max_minutes(45.0)
+    commitment: float = option(0.25, "weight of the commitment loss")
+    edge_weight: float = option(1.0, "weight of the image-gradient (edge) loss")
+    restart_every: int = positive(200, "steps between restarts of unused codes")
+    device: str = device()
+    workers: int = option(2, "data loader worker processes (0: render in this process)")
+    threads: int = threads()
+    log_every: int = positive(100, "steps between log lines")
+    eval_images: int = positive(1000, "held-out images for the final PSNR and codebook usage")
+
+
+@dataclass
+class ARTrainConfig:
+    """`arjet train ar`: the built-in text-to-image model, a small `JanusForConditionalGeneration`."""
+
+    vq: str = option("artifacts/vq", "folder of the trained VQ tokenizer (`arjet train vq`)")
+    out: str = option("artifacts/ar", "output folder: pipeline/, train_log.jsonl, metrics.json, cache/")
+    init: str = option(
+        "", "continue from this saved pipeline (its tokenizer and weights) instead of a new model"
+    )
+    seed: int = seed()
+    train_images: int = positive(120_000, "training scenes (encoded once, cached under --out)")
+    heldout_images: int = positive(1_000, "held-out scenes for the held-out loss")
+    hidden_size: int = positive(256, "decoder width")
+    layers: int = positive(8, "decoder layers")
+    heads: int = positive(8, "attention heads")
+    kv_heads: int = positive(4, "key / value heads")
+    intermediate_size: int = positive(688, "MLP width")
+    batch_size: int = positive(64, "sequences per step")
+    lr: float = positive(1.5e-3, "peak AdamW learning rate")
+    min_lr: float = option(1e-4, "learning rate at the end of the cosine decay")
+    weight_decay: float = option(0.05, "AdamW weight decay of the matrices")
+    warmup_steps: int = option(300, "steps of linear warm-up")
+    max_steps: int = max_steps(100_000)
+    max_minutes: float = max_minutes(180.0)
+    condition_dropout: float = share(0.1, "share of prompts replaced by the unconditional row (for CFG)")
+    bf16: bool = option(True, "bfloat16 autocast")
+    threads: int = threads()
+    device: str = device()
+    workers: int = option(0, "data loader worker processes for encoding")
+    eval_every: int = positive(500, "steps between held-out evaluations (and saves)")
+    words: list[str] = field(default_factory=list, metadata={"help": "", "command_line": False})
+
+
+@dataclass
+class ClipTrainConfig:
+    """`arjet train clip`: the domain CLIP, a small open_clip model trained contrastively on the shapes
+    domain (offline CLIP score, FID features and the colour / shape judge)."""
+
+    out: str = option(
+        "artifacts/clip",
+        "output CLIP folder (never the installed package: copy a CLIP to ship there yourself)",
+    )
+    seed: int = seed()
+    images: int = positive(100_000, "training renders")
+    image_size: int = positive(64, "side of the renders in pixels")
+    embed_dim: int = positive(128, "width of the joint embedding")
+    vision: str = option("resnet", "image tower: resnet (open_clip's ModifiedResNet) or vit")
+    vision_width: int = positive(16, "image tower width")
+    vision_layers: str = option(
+        "1,1,1,1", "blocks per ResNet stage, comma separated; one number (depth) for a ViT"
+    )
+    patch_size: int = positive(8, "ViT patch size in pixels")
+    text_width: int = positive(96, "text tower width")
+    text_layers: int = positive(3, "text tower layers")
+    context_length: int = positive(32, "tokens per caption")
+    batch_size: int = positive(256, "images per step")
+    shape_negatives: int = option(
+        3, "per image: its caption with one object's shape swapped, this many times"
+    )
+    color_negatives: int = option(
+        2, "per image: its caption with one object's colour swapped, this many times"
+    )
+    lr: float = positive(1e-3, "peak AdamW learning rate")
+    max_steps: int = max_steps(20_000)
+    max_minutes: float = max_minutes(25.0)
+    workers: int = option(2, "render worker processes")
+    threads: int = threads()
+    log_every: int = positive(100, "steps between log lines")
+    eval_every: int = option(
+        1000, "steps between zero-shot colour / shape accuracy checks (0: at the end only)"
+    )
+    eval_scenes: int = option(300, "held-out scenes of each accuracy check (0: none)")
+    log: str = option("artifacts/clip/train_log.jsonl", "the training log (JSON lines)")
+    init: str = option("", "a CLIP folder to continue from (same config)")
+
+    def __post_init__(self):
+        if self.vision not in VISION_TOWERS:
+            raise ValueError(f"vision={self.vision!r}; choose one of {VISION_TOWERS}")
+        layers = vision_layers(self.vision_layers)
+        if self.vision == "vit" and len(layers) != 1:
+            raise ValueError(f"a ViT takes one number of layers, got vision_layers={self.vision_layers!r}")
+        if self.shape_negatives < 0 or self.color_negatives < 0:
+            raise ValueError("shape_negatives and color_negatives must be >= 0")
+
+
+def vision_layers(text: str) -> list[int]:
+    try:
+        layers = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        layers = []
+    if not layers or min(layers) < 1:
+        raise ValueError(f"vision_layers={text!r}: expected positive integers separated by commas")
+    return layers
+
+
+@dataclass
+class SJD2TrainConfig:
+    """`arjet train sjd2`: fine-tune an AR checkpoint for next-clean-token prediction from noisy inputs."""
+
+    base: str = option("artifacts/ar/pipeline", "the checkpoint to fine-tune (any supported family)")
+    out: str = option(
+        "artifacts/sjd2", "output folder: pipeline/ (base + noise_conditioning), train_log.jsonl"
+    )
+    data: str = option(
+        "shapes", "'shapes' (the built-in domain) or a JSON-lines file of prompt / image records"
+    )
+    data_cache: str = option(
+        "artifacts/ar/cache", "cache of the encoded shapes data (shared with `train ar`)"
+    )
+    images: int = positive(120_000, "shapes training images")
+    seed: int = seed()
+    levels: int = positive(16, "noise levels the model learns")
+    min_segment: int = positive(8, "shortest run of codes sharing one noise level")
+    max_segment: int = positive(64, "longest run of codes sharing one noise level")
+    clean_share: float = share(0.25, "share of sequences left entirely clean")
+    condition_dropout: float = share(0.1, "share of prompts replaced by the unconditional row (for CFG)")
+    batch_size: int = positive(64, "sequences per step")
+    lr: float = positive(3e-4, "learning rate of the model")
+    min_lr: float = option(3e-4, "below lr: cosine decay to it (the noise conditioning's rate scales alike)")
+    noise_lr: float = positive(1e-3, "learning rate of the noise conditioning")
+    warmup_steps: int = option(100, "steps of linear warm-up")
+    max_steps: int = max_steps(20_000)
+    max_minutes: float = max_minutes(60.0)
+    lora_rank: int = option(0, "LoRA rank for large models (0: full fine-tuning)")
+    bf16: bool = option(True, "bfloat16 mixed precision")
+    threads: int = threads()
+    log_every: int = positive(50, "steps between log lines")
+
+
+STAGES = {"vq": VQTrainConfig, "ar": ARTrainConfig, "clip": ClipTrainConfig, "sjd2": SJD2TrainConfig}
