@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import SJD, SJD2, ZipAR
+from arjet.samplers import SJD, SJD2, SJDPAC, ZipAR
 from arjet.samplers.capture import compile_mode
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
@@ -16,6 +16,8 @@ SAMPLERS = [
     SJD(window=4, init="repeat_vertical", coupling=True),
     ZipAR(w=2),
     ZipAR(w=2, verify=SJD(window=3)),
+    SJDPAC(window=9, tree_width=2),
+    SJDPAC(window=14, init="sample_vertical", coupling=False),
 ]
 GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
 

@@ -20,6 +20,7 @@ from .random import ImageRandom, sample
 from .schema import MAX_SIZE, Option, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
+from .sjd_pac import SJDPAC
 from .speculative import AcceptanceRule, Exact
 from .zipar import SCHEDULES, ZipAR
 
@@ -192,12 +193,36 @@ register("lantern", _lantern, (*LANTERN, WINDOW, INIT, COUPLING))
 register("zipar", ZipAR, (W, SCHEDULE))
 register("zipar+sjd", _zipar_sjd, (W, SCHEDULE, *SJD_OPTIONS))
 register("zipar+lantern", _zipar_lantern, (W, SCHEDULE, *LANTERN, WINDOW, INIT, COUPLING))
+register(
+    "sjd-pac",
+    SJDPAC,
+    (
+        Option("window", int, 64, "inputs per forward, tree nodes included", 1, MAX_SIZE),
+        Option("tree_width", int, 3, "candidates per tree depth (the main draft and its siblings)", 1, 64),
+        Option(
+            "tree_depth",
+            int,
+            3,
+            "tree levels, the root included (siblings at the first tree_depth - 1 draft depths)",
+            1,
+            16,
+        ),
+        Option(
+            "coupling",
+            bool,
+            True,
+            "couple re-drafts with the old drafts (MC-SJD, the paper's adaptive continuation)",
+        ),
+        INIT,
+    ),
+)
 
 __all__ = [
     "AR",
     "INIT_SCHEMES",
     "SJD",
     "SJD2",
+    "SJDPAC",
     "AcceptanceRule",
     "DecodeStats",
     "DecodeTrace",

@@ -13,6 +13,13 @@ group `g > 0` only with queries of group `g` (this keeps unverified drafts of di
 Positions are the true ones. Cell 0 is predicted by the prefill (`first_logits`) and needs no input. An
 *ephemeral* query is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
 
+Tree inputs (SJD-PAC's sibling drafts): several inputs may stand at one position when all but one go to
+*branch* slots, a region of `reserve_branches(n)` slots between the prompt and the image body; a branch
+input has its cell's true position (and its own row-end tokens, also in the branch region) but no place in
+the body, so it can never be committed. `sees [n, n]` then says which of the call's queries each query
+sees (an ancestry, replacing the group rule); still only inputs at earlier positions. A path that left the
+main line is kept by feeding its codes again, as ordinary inputs at their own slots, in a later call.
+
 Rollback is implicit: the inputs of a call stay in the cache only if `commit` keeps them; otherwise
 their slots are simply overwritten later.
 
@@ -38,6 +45,8 @@ _ERRORS = (
     "an ephemeral query was committed",
     "more queries crossed a row end than the call's row_ends allows",
     "an input was written beyond the reserved span",
+    "a branch input was committed",
+    "a branch index was outside the reserved branch slots",
 )
 
 
@@ -46,11 +55,13 @@ class _Inputs:
     """One call's inputs packed side by side per image: `n` code columns, then row-end token columns."""
 
     slots: torch.Tensor  # [B, width] cache slot of each input (the scratch slot for padding)
+    home: torch.Tensor  # [B, width] the slot of the input's position in the body (= slots but for branches)
     qstart: torch.Tensor  # [B, width] slot of the first input of the input's query
     query: torch.Tensor  # [B, width] which query fed it
     group: torch.Tensor  # [B, width]
     real: torch.Tensor  # [B, width] bool: an input, not padding
     ephemeral: torch.Tensor  # [B, width] bool
+    branch: torch.Tensor  # [B, width] bool: the input sits in the branch region
     has_input: torch.Tensor  # [B, n] bool: the query feeds an input (cell >= 1)
     last: torch.Tensor  # [B, n] column of each query's last input
 
@@ -82,19 +93,14 @@ class DecodingSession:
         self._rows = rows
         self._batch = rows // 2 if self.guided else rows
         self.device = prefix.ids.device
-        self.capacity = prefix.length + layout.body_length + 1
-        self.scratch = self.capacity - 1  # padding inputs write here; never visible to a real query
         self.decoder: StaticDecoder = decoder or default_decoder(adapter)
-        self.cache = self.decoder.new_cache(rows, self.capacity)
-        self.filled = torch.zeros(rows, self.capacity, dtype=torch.bool, device=self.device)
-        self.span = self.capacity
-        self.frontier = torch.full((1,), prefix.length - 1, dtype=torch.long, device=self.device)
         self.errors = torch.zeros(len(_ERRORS), dtype=torch.bool, device=self.device)
         self.count = 0
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
-        self._keys = torch.arange(self.capacity, device=self.device)
         self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
         self._last: _Inputs | None = None
+        self._queried = False
+        self._allocate(branches=0)
         self.first_logits = self._prefill()  # [B, V] guided logits of cell 0
 
     # -- what samplers see -------------------------------------------------------------------------
@@ -114,6 +120,17 @@ class DecodingSession:
     def batch_size(self) -> int:
         return self._batch
 
+    def reserve_branches(self, count: int) -> None:
+        """Room for `count` branch inputs (see `logits(branch=)`), each with slots for its row-end tokens.
+        Call it before the first `logits`: the cache grows by re-running the prefill into a larger one (the
+        same logits; not counted as a forward pass)."""
+        if count <= self.branches:
+            return
+        if self._queried:
+            raise RuntimeError("reserve_branches must come before the session's first logits call")
+        self._allocate(count)
+        self._prefill(counted=False)
+
     @torch.inference_mode()
     def logits(
         self,
@@ -125,6 +142,8 @@ class DecodingSession:
         embedded: torch.Tensor | None = None,
         *,
         row_ends: int | None = None,
+        branch: torch.Tensor | None = None,
+        sees: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Guided next-code logits `[B, n, V]` (float32) for cells `[B, n]`; `-1` marks an unused query.
 
@@ -133,7 +152,12 @@ class DecodingSession:
         `embeddings [B, n, d]` (e.g. a noisy embedding, see `noise`) instead of the code's embedding.
         `row_ends`: at most this many queries of an image feed the last cell of a row (default `n`); it
         sizes the room for row-end tokens, so a sampler whose queries are short runs of cells passes its
-        bound and forwards stay narrow."""
+        bound and forwards stay narrow.
+
+        Trees: `branch [B, n]` long (default all `-1`): where `b >= 0` the query's input goes to branch slot
+        `b` (`0 <= b < ` the count given to `reserve_branches`) instead of its cell's slot, at the same
+        position. `sees [n, n]` or `[B, n, n]` bool: query `i` sees the inputs of query `j` of this call
+        where `sees[..., i, j]` (and `j`'s inputs sit at earlier positions), instead of the group rule."""
         cells = cells.to(self.device)
         codes = codes.to(self.device)
         if cells.shape != codes.shape or cells.dim() != 2 or cells.shape[0] != self._batch:
@@ -144,18 +168,25 @@ class DecodingSession:
         if (embeddings is None) != (embedded is None):
             raise ValueError("pass embeddings and embedded together")
         n = cells.shape[1]
-        inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n))
+        if sees is not None:
+            if group is not None:
+                raise ValueError("pass either group or sees, not both")
+            if sees.shape[-2:] != (n, n) or sees.dim() not in (2, 3):
+                raise ValueError(f"sees must be [n, n] or [batch, n, n] with n={n}; got {tuple(sees.shape)}")
+            sees = sees.to(self.device, torch.bool).expand(self._batch, n, n)
+        inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n), branch)
         rows = self._both_halves
         embeds = rows(self._embed_inputs(cells, codes, inputs, embeddings, embedded))
-        slots = rows(inputs.slots)
-        hidden = self._forward(embeds, slots, self._allowed(inputs, slots))
+        positions = rows(inputs.home) - self.body_start + self.prefix.length - self.prefix.pad[:, None]
+        hidden = self._forward(embeds, rows(inputs.slots), self._allowed(inputs, sees), positions)
         last = rows(inputs.last)
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
         guided = self._guide(self.adapter.code_logits(hidden).float())
         first = torch.where((cells == 0)[..., None], self.first_logits[:, None, :], 0.0)
-        reach = torch.where(inputs.real, inputs.slots, 0).amax().view(1)
+        reach = torch.where(inputs.real, inputs.home, 0).amax().view(1)
         self.frontier.copy_(torch.maximum(self.frontier, reach))
         self._last = inputs
+        self._queried = True
         self.count += 1
         self.forward_passes += inputs.has_input.any(1).long()
         return torch.where(inputs.has_input[..., None], guided, first)
@@ -170,7 +201,8 @@ class DecodingSession:
             raise ValueError(f"keep must be {tuple(last.has_input.shape)}, got {tuple(keep.shape)}")
         kept = last.real & keep.gather(1, last.query)
         self.errors[0] |= (kept & last.ephemeral).any()
-        kept &= ~last.ephemeral
+        self.errors[3] |= (kept & last.branch).any()
+        kept &= ~last.ephemeral & ~last.branch
         slots = torch.where(kept, last.slots, self.scratch)
         self.filled.scatter_(1, self._both_halves(slots), True)
         self.filled[:, self.scratch] = False
@@ -216,36 +248,65 @@ class DecodingSession:
         cond, uncond = logits.chunk(2)
         return uncond + self.guidance_scale * (cond - uncond)
 
-    def _forward(self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def _forward(
+        self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         mask = torch.zeros(allowed.shape, dtype=embeds.dtype, device=self.device)
         mask = mask.masked_fill_(~allowed, torch.finfo(embeds.dtype).min)[:, None]
-        positions = slots - self.prefix.pad[:, None]
         return self.decoder.forward(self.cache, embeds, positions, slots, mask)
 
     @property
     def _span(self) -> int:
         return self.span if self.decoder.reads_span_only else self.capacity
 
-    def _allowed(self, inputs: _Inputs, slots: torch.Tensor) -> torch.Tensor:
-        """`[rows, width, span]`: which slots each input attends to."""
+    def _allowed(self, inputs: _Inputs, sees: torch.Tensor | None) -> torch.Tensor:
+        """`[rows, width, span]`: which slots each input attends to: its own query's inputs up to itself, and at
+        earlier positions the filled slots and the inputs of this call its query shares (group 0 or its own
+        group; or what `sees [B, n, n]` allows)."""
         span = self._span
         keys = self._keys[:span]
         rows = self._both_halves
-        # which group's queries may see each slot written by this call (-1: none but its own query)
+        batch, width = inputs.slots.shape
         shared = inputs.real & ~inputs.ephemeral
-        inside = slots < span
-        self.errors[2] |= (rows(inputs.real) & ~inside).any()
-        slot_group = torch.full((slots.shape[0], span + 1), -1, dtype=torch.long, device=self.device)
-        target = torch.where(rows(shared) & inside, slots, span)
-        slot_group = slot_group.scatter_(1, target, rows(inputs.group))[:, None, :span]
-        groups = rows(inputs.group)[..., None]
-        sees_call_input = (slot_group == groups) | (slot_group == 0)
-        return (self.filled[:, None, :span] | sees_call_input | (keys >= rows(inputs.qstart)[..., None])) & (
-            keys <= slots[..., None]
-        )
+        inside = inputs.slots < span
+        self.errors[2] |= (inputs.real & ~inside).any()
+        # for each slot this call writes: its position (as a body slot) and who wrote it; `span`: a dump column
+        target = torch.where(shared & inside, inputs.slots, span)
+        keys_and_dump = torch.arange(span + 1, device=self.device).expand(batch, -1)
+        slot_home = keys_and_dump.scatter(1, target, inputs.home)[:, None, :span]
+        if sees is None:
+            slot_group = torch.full((batch, span + 1), -1, dtype=torch.long, device=self.device)
+            slot_group = slot_group.scatter_(1, target, inputs.group)[:, None, :span]
+            groups = inputs.group[..., None]
+            sees_call_input = (slot_group == groups) | (slot_group == 0)
+        else:
+            n = sees.shape[-1]
+            slot_query = torch.full((batch, span + 1), n, dtype=torch.long, device=self.device)
+            slot_query = slot_query.scatter_(1, target, inputs.query)[:, :span]
+            sees = torch.cat([sees, torch.zeros_like(sees[..., :1])], -1)  # column n: nobody
+            per_input = sees.gather(1, inputs.query[..., None].expand(-1, -1, n + 1))  # [B, width, n + 1]
+            sees_call_input = per_input.gather(2, slot_query[:, None, :].expand(-1, width, -1))
+        earlier = slot_home <= inputs.home[..., None]
+        own = (keys >= inputs.qstart[..., None]) & (keys <= inputs.slots[..., None])
+        return rows((sees_call_input & earlier) | own) | (self.filled[:, None, :span] & rows(earlier))
+
+    def _allocate(self, branches: int) -> None:
+        """The cache and its bookkeeping: prompt, `branches` branch inputs (each with room for its row-end
+        tokens), the image body, one scratch slot."""
+        layout, prefix = self.layout, self.prefix
+        self.branches = branches
+        self._branch_stride = 1 + len(layout.row_end_ids)
+        self.body_start = prefix.length + branches * self._branch_stride
+        self.capacity = self.body_start + layout.body_length + 1
+        self.scratch = self.capacity - 1  # padding inputs write here; never visible to a real query
+        self.cache = self.decoder.new_cache(self._rows, self.capacity)
+        self.filled = torch.zeros(self._rows, self.capacity, dtype=torch.bool, device=self.device)
+        self.span = self.capacity
+        self.frontier = torch.full((1,), self.body_start - 1, dtype=torch.long, device=self.device)
+        self._keys = torch.arange(self.capacity, device=self.device)
 
     @torch.inference_mode()
-    def _prefill(self) -> torch.Tensor:
+    def _prefill(self, counted: bool = True) -> torch.Tensor:
         prefix = self.prefix
         length = prefix.length
         slots = torch.arange(length, device=self.device).expand(self._rows, length).contiguous()
@@ -256,38 +317,49 @@ class DecodingSession:
         allowed = causal & (visible[:, None, :] | (keys == slots[..., None]))
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
-        hidden = self._forward(self.adapter.embed_tokens(prefix.ids), slots, allowed)
+        positions = slots - prefix.pad[:, None]
+        hidden = self._forward(self.adapter.embed_tokens(prefix.ids), slots, allowed, positions)
         self.filled[:, :length] = prefix.visible
-        self._frontier = length - 1
-        self.count += 1
-        self.forward_passes += 1
+        self._frontier = self.body_start - 1
+        if counted:
+            self.count += 1
+            self.forward_passes += 1
         return self._guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
 
     def _pack(
-        self, cells: torch.Tensor, ephemeral: torch.Tensor | None, group: torch.Tensor | None, row_ends: int
+        self,
+        cells: torch.Tensor,
+        ephemeral: torch.Tensor | None,
+        group: torch.Tensor | None,
+        row_ends: int,
+        branch: torch.Tensor | None = None,
     ) -> _Inputs:
         """Code inputs in columns `0..n-1` (column j: query j's code), then the row-end tokens of the queries
         that feed a row's last cell, in query order, `len(row_end_ids)` columns each, for at most `row_ends`
-        queries; padding writes to the scratch slot."""
+        queries; padding writes to the scratch slot. A branch input and its row-end tokens go to its block
+        of the branch region."""
         layout = self.layout
         batch, n = cells.shape
         n_struct = len(layout.row_end_ids)
         has_input = cells >= 1
         prev = (cells - 1).clamp(min=0)
-        base = torch.where(has_input, self.prefix.length + layout.cell_offset(prev), self.scratch)
+        home = torch.where(has_input, self.body_start + layout.cell_offset(prev), self.scratch)
+        if branch is None:
+            is_branch = torch.zeros_like(has_input)
+            base = home
+        else:
+            branch = branch.to(self.device).expand_as(cells)
+            is_branch = has_input & (branch >= 0)
+            self.errors[4] |= (is_branch & (branch >= self.branches)).any()
+            block = self.prefix.length + branch * self._branch_stride
+            base = torch.where(is_branch, torch.where(branch < self.branches, block, self.scratch), home)
         ephemeral = (
             torch.zeros_like(has_input) if ephemeral is None else ephemeral.to(self.device) & has_input
         )
         group = torch.zeros_like(cells) if group is None else group.to(self.device).expand_as(cells)
         query = torch.arange(n, device=self.device).expand(batch, n)
-        fields = [
-            base,
-            base,
-            query,
-            group,
-            has_input,
-            ephemeral,
-        ]  # slots, qstart, query, group, real, ephemeral
+        # slots, home, qstart, query, group, real, ephemeral, branch
+        fields = [base, home, base, query, group, has_input, ephemeral, is_branch]
         last = query
         if n_struct and row_ends:
             at_row_end = has_input & (prev % layout.width == layout.width - 1)
@@ -301,15 +373,23 @@ class DecodingSession:
                 blank = torch.full((batch, row_ends + 1), fill, dtype=value.dtype, device=self.device)
                 return blank.scatter_(1, column, value)[:, :row_ends]
 
+            def following(start: torch.Tensor) -> torch.Tensor:
+                """The row-end tokens' slots after a code at `start`, interleaved in the columns' order."""
+                return _interleave(
+                    [
+                        compact(
+                            torch.where(fits & (start < self.scratch), start + 1 + j, self.scratch),
+                            self.scratch,
+                        )
+                        for j in range(n_struct)
+                    ]
+                )
+
             qstart = torch.where(fits, base, self.scratch)
             # token j of the k-th row end sits in column n + k * n_struct + j
             extra = [
-                _interleave(
-                    [
-                        compact(torch.where(fits, base + 1 + j, self.scratch), self.scratch)
-                        for j in range(n_struct)
-                    ]
-                ),
+                following(base),
+                following(home),
                 *(
                     _interleave([compact(value, fill)] * n_struct)
                     for value, fill in (
@@ -318,6 +398,7 @@ class DecodingSession:
                         (group, 0),
                         (fits, False),
                         (ephemeral & fits, False),
+                        (is_branch & fits, False),
                     )
                 ),
             ]

@@ -1,0 +1,426 @@
+"""`sjd-pac`: SJD with proactive drafting and adaptive continuation (Kang et al., CVPR 2026), lossless.
+
+Every forward verifies a window of `window` inputs that form a tree: the root feeds the last committed code;
+a main chain of drafts follows it, and at its first `tree_depth - 1` draft depths every node has
+`tree_width` children: the main draft and `tree_width - 1` siblings, all depths sharing one candidate set
+(a Cartesian tree). As in the official code the tree stands at the head of every window, right after the
+token just resampled, where the next rejections are likeliest ("proactive drafting"); there is no entropy
+gate. "Adaptive continuation" is MC-SJD's coupling of the re-drafts (`coupling=True`, the default): a later
+position keeps its old draft with probability `min(1, p(x)/q(x))`, else draws from `norm(max(0, p - q))`.
+Nothing after the first rejection is committed.
+
+Verification walks the tree from the root. At a tree depth the siblings are tried in order against the
+recursive residual (sibling `k` passes with probability `min(1, t_k(x)/r_k(x))`, `t_{k+1} = norm(max(0,
+t_k - r_k))`); the first that passes is kept and the walk goes on below it; if none does, the depth's code
+is drawn from the last residual. The siblings of a depth are drawn without replacement from the depth's
+proposal after the main draft (`r_k` = the proposal without the codes drawn before, renormalised; uniform
+over the codes not yet drawn where the proposal has no mass left, as for a point-mass guess). Past the tree
+the main chain is verified as in SJD; a path that reaches a node without children takes a bonus token from
+that node's output. This is the textbook multi-draft rule, so the committed code at every step is exactly
+`p(. | committed prefix)`: the codes have exactly `ar`'s distribution (CFG, temperature, top-k, top-p).
+Two things the official code does differently are not exact and are not done here: it keeps the root-to-
+leaf path with the longest accepted prefix (a later sibling can override an earlier one that passed), and
+it draws the next window's siblings from the coupling's residual while declaring them drawn from `p`.
+
+A path that left the main line sits in the session's branch slots; its codes are fed again at their own
+slots at the head of the next window (so the window reserves `tree_depth - 1` more inputs).
+
+Shapes are fixed for the whole decode and nothing reads the device; Python loops run over the tree's depths
+and sibling ranks only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from .. import checks
+from .base import DecodeTrace, commit_first_cell, run_steps
+from .drafts import check_scheme, fill_drafts, uses_top1
+from .jacobi import JacobiOutcome, Verdict, conclude, verify
+from .policy import LogitsPolicy
+from .random import ImageRandom, sample
+from .sjd import check_size_fits, check_window
+from .speculative import Exact, guess_proposal, passes, residual
+from .windows import _scatter_where
+
+if TYPE_CHECKING:
+    from ..session import DecodingSession
+
+
+def tree_nodes(width: int, depth: int) -> int:
+    """Nodes of a full `width`-ary tree with `depth` levels (the root included): the smallest window."""
+    return depth if width == 1 else (width**depth - 1) // (width - 1)
+
+
+@dataclass
+class SJDPAC:
+    """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
+    `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
+    3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
+    paper's ablation); `init`: how new draft slots are guessed, as in `sjd`."""
+
+    window: int = 64
+    tree_width: int = 3
+    tree_depth: int = 3
+    coupling: bool = True
+    init: str = "random"
+    name: ClassVar[str] = "sjd-pac"
+
+    def __post_init__(self) -> None:
+        check_window(self.window)
+        checks.integer("tree_width", self.tree_width, 1)
+        checks.integer("tree_depth", self.tree_depth, 1)
+        checks.boolean("coupling", self.coupling)
+        check_scheme(self.init)
+        nodes = tree_nodes(self.tree_width, self.tree_depth)
+        if nodes > self.window:
+            raise ValueError(
+                f"tree_width={self.tree_width}, tree_depth={self.tree_depth} make a tree of {nodes} nodes, more "
+                f"than window={self.window}; use window >= {nodes} or a smaller tree"
+            )
+
+    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+        """Refuse a window the grid cannot use (see `check_size_fits`), before any work."""
+        check_size_fits("window", self.window, type(self).window, grid, max_window)
+
+    def run(
+        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    ) -> None:
+        if self.tree_width > session.vocab_size:
+            raise ValueError(
+                f"tree_width={self.tree_width} is more than the {session.vocab_size} codes of this model's "
+                f"vocabulary; use tree_width <= {session.vocab_size}"
+            )
+        decoder = TreeDecoder(self, session, policy, rng, trace)
+        run_steps(decoder.step, trace, session.num_cells - 1, reach=decoder.tree.main + decoder.tree.depth)
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """The static shape of a window: node 0 is the root, node `c` the main draft of depth `c` (for cell
+    `n + c - 1`, predicting cell `n + c`), then the off-main tree nodes. The session's queries are `depth`
+    re-fed committed codes first (the oldest first), then the nodes."""
+
+    width: int  # K: candidates per tree depth
+    depth: int  # tree depths with siblings (1..depth)
+    main: int  # M: root + main chain
+    offset: torch.Tensor  # [Q] query predicts cell n + offset
+    source: torch.Tensor  # [Q] index into cat(main drafts, siblings.flatten) (-1: a committed code)
+    branch: torch.Tensor  # [Q] branch slot (-1: the cell's own slot)
+    sees: torch.Tensor  # [Q, Q] ancestry
+    children: torch.Tensor  # [N, K] child node of each node by sibling rank (-1: none)
+
+    @classmethod
+    def build(cls, width: int, depth: int, window: int, cells: int) -> TreeLayout:
+        full_extra = tree_nodes(width, depth) - depth
+        main = min(window - full_extra, cells)
+        depth = min(depth, main) - 1 if width > 1 else 0  # a one-wide tree is just the chain
+        slots = main - 1
+        nodes: dict[tuple[int, ...], int] = {(0,) * c: c for c in range(main)}  # rank path -> node
+        for c in range(1, depth + 1):
+            for path in itertools.product(range(width), repeat=c):
+                nodes.setdefault(path, len(nodes))
+        count = len(nodes)
+        children = torch.full((count, width), -1, dtype=torch.long)
+        parent = [-1] * count
+        source, node_depth, branch = (
+            [-1] * count,
+            [0] * count,
+            [-1] * count,
+        )  # the root feeds a committed code
+        for path, node in nodes.items():
+            c = len(path)
+            node_depth[node] = c
+            if c:
+                parent[node] = nodes[path[:-1]]
+                children[parent[node], path[-1]] = node
+                rank = path[-1]
+                source[node] = c - 1 if rank == 0 else slots + (c - 1) * (width - 1) + rank - 1
+            if node >= main:
+                branch[node] = node - main
+        queries = depth + count
+        sees = torch.zeros(queries, queries, dtype=torch.bool)
+        sees[:depth, :depth] = torch.ones(depth, depth, dtype=torch.bool).tril()  # re-fed codes, in order
+        sees[depth:, :depth] = True
+        for node in range(count):
+            ancestor = node
+            while ancestor >= 0:
+                sees[depth + node, depth + ancestor] = True
+                ancestor = parent[ancestor]
+        refeed = list(range(-depth, 0))
+        return cls(
+            width=width,
+            depth=depth,
+            main=main,
+            offset=torch.tensor(refeed + node_depth),
+            source=torch.tensor([-1] * depth + source),
+            branch=torch.tensor([-1] * depth + branch),
+            sees=sees,
+            children=children,
+        )
+
+    @property
+    def extra(self) -> int:
+        """Off-main tree nodes: the branch slots a window needs."""
+        return self.children.shape[0] - self.main
+
+    def to(self, device: torch.device) -> TreeLayout:
+        moved = {name: getattr(self, name).to(device) for name in ("offset", "source", "branch", "sees")}
+        return TreeLayout(self.width, self.depth, self.main, children=self.children.to(device), **moved)
+
+
+class TreeDecoder:
+    """The state of an SJD-PAC decode and its fixed-shape `step`."""
+
+    def __init__(
+        self,
+        sampler: SJDPAC,
+        session: DecodingSession,
+        policy: LogitsPolicy,
+        rng: ImageRandom,
+        trace: DecodeTrace,
+    ):
+        self.session, self.policy, self.rng, self.trace = session, policy, rng, trace
+        self.coupling, self.init = sampler.coupling, sampler.init
+        cells, device = session.num_cells, session.device
+        tree = TreeLayout.build(sampler.tree_width, sampler.tree_depth, sampler.window, cells)
+        self.tree = tree = tree.to(device)
+        session.reserve_branches(tree.extra)
+        batch, vocab = session.batch_size, session.vocab_size
+        self.slots = slots = tree.main - 1
+        self.positions = torch.arange(tree.main, device=device)
+        width = session.grid[1]
+        queries = tree.offset.shape[0]
+        self.row_ends = min(queries, (tree.depth + tree.main - 1) // width + 1 + tree.extra)
+        self.is_refeed = torch.arange(queries, device=device) < tree.depth
+        self.main_nodes = torch.arange(tree.main, device=device)
+
+        commit_first_cell(session, policy, rng, trace)
+        self.n = torch.ones(batch, dtype=torch.long, device=device)
+        self.pending = torch.zeros(batch, dtype=torch.long, device=device)  # committed codes to feed again
+        self.drafts = torch.zeros(batch, slots, dtype=torch.long, device=device)
+        self.proposals = torch.zeros(batch, slots, vocab, device=device)
+        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)
+        self._fill(torch.ones(batch, slots, dtype=torch.bool, device=device), rng.uniform(slots))
+
+    def step(self) -> None:
+        session, trace, tree = self.session, self.trace, self.tree
+        cells, n = session.num_cells, self.n
+        active = n < cells
+        length = torch.where(active, (cells - n).clamp(max=tree.main), 0)
+        valid = self.positions < length[:, None]  # [B, M]: position j predicts cell n + j inside the image
+        u = self.rng.uniform(4, tree.main)  # chain accept, draw, couple, fill
+        # sibling draws, sibling accept (no tree: no draw, so that a one-wide tree decodes exactly as mc-sjd)
+        u_tree = (
+            self.rng.uniform(2, tree.depth, tree.width) if tree.depth else u.new_zeros(n.shape[0], 2, 0, 1)
+        )
+
+        # 1. the window's queries: re-fed committed codes, the root, the main chain, the off-main tree nodes
+        siblings = draw_siblings(
+            self.proposals[:, : tree.depth], self.drafts[:, : tree.depth], u_tree[:, 0, :, 1:]
+        )
+        candidates = torch.cat([self.drafts, siblings.flatten(1)], 1)
+        query_cells = n[:, None] + tree.offset
+        live = torch.where(
+            self.is_refeed, active[:, None] & (-tree.offset <= self.pending[:, None]), query_cells < cells
+        )
+        committed = trace.codes.gather(1, (query_cells - 1).clamp(0, cells - 1))
+        drafted = candidates.gather(1, tree.source.clamp(min=0).expand_as(query_cells))
+        inputs = torch.where(tree.source < 0, committed, drafted).clamp(min=0)
+        logits = session.logits(
+            torch.where(live, query_cells, -1),
+            inputs,
+            row_ends=self.row_ends,
+            branch=tree.branch.expand_as(query_cells),
+            sees=tree.sees,
+        )
+        t = self.policy.probs(logits[:, tree.depth :])  # [B, N, V] the output of every node
+
+        # 2. walk the tree, then the main chain beyond it
+        walk = walk_tree(t, self.drafts, siblings, self.proposals, valid, u_tree[:, 1], tree)
+        beyond = self.main_nodes[tree.depth + 1 :].expand(n.shape[0], -1)
+        line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
+        p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))
+        if uses_top1(self.init):
+            window_cells = n[:, None] + self.positions
+            _scatter_where(self.top1, window_cells, p.argmax(-1), valid)
+        chain = verify(
+            p[:, tree.depth : self.slots],
+            self.drafts[:, tree.depth :],
+            self.proposals[:, tree.depth :],
+            valid[:, tree.depth : self.slots] & walk.on_main[:, None],
+            Exact(),
+            None,
+            u[:, 0, tree.depth : self.slots],
+        )
+        verdict = Verdict(
+            walk.accepted + chain.accepted,
+            walk.rejected | chain.rejected,
+            torch.where(walk.rejected[:, None], walk.rest, chain.rest),
+        )
+        path = torch.cat([walk.codes, self.drafts[:, tree.depth :]], 1)  # the kept candidates, then main
+        outcome = self.conclude(p, path, valid, verdict, u, length)
+
+        # 3. commit: keep the inputs of the main line up to where the kept path leaves it
+        on_main = (walk.ranks == 0).long().cumprod(1).sum(1)
+        kept_main = torch.where(on_main >= tree.depth, verdict.accepted, on_main)
+        keep_nodes = self.main_nodes <= kept_main[:, None]  # the root and the main drafts kept
+        refed, off_main = (
+            torch.full_like(live[:, :1], flag).expand(-1, size)
+            for flag, size in ((True, tree.depth), (False, tree.extra))
+        )
+        keep = torch.cat([refed, keep_nodes, off_main], 1)
+        session.commit(keep)
+        window_cells = n[:, None] + self.positions
+        trace.commit(torch.where(outcome.committed, window_cells, -1), outcome.codes)
+        self.pending.copy_(torch.where(active, outcome.advanced - 1 - kept_main, 0).clamp(min=0))
+        self.n += outcome.advanced
+
+        # 4. the samples after the commit become the next drafts; new slots get initial guesses
+        if self.slots:
+            self.drafts.copy_(outcome.next_drafts)
+            self.proposals.copy_(outcome.next_proposals)
+            self._fill(active[:, None] & ~outcome.carried, u[:, 3, : self.slots])
+
+    def conclude(
+        self,
+        p: torch.Tensor,
+        path: torch.Tensor,
+        valid: torch.Tensor,
+        verdict: Verdict,
+        u: torch.Tensor,
+        length: torch.Tensor,
+    ) -> JacobiOutcome:
+        """Resample, commit and redraft along the window's line (`jacobi.conclude`)."""
+        return conclude(p, path, self.proposals, valid, verdict, u[:, 1], u[:, 2], self.coupling, length)
+
+    def _fill(self, refill: torch.Tensor, u: torch.Tensor) -> None:
+        """Initial guesses, with the proposals they were drawn from, for the `refill [B, S]` slots inside the
+        image."""
+        if not self.slots:
+            return
+        session = self.session
+        cells = self.n[:, None] + self.positions[: self.slots]
+        inside = cells < session.num_cells
+        fresh = inside & refill
+        board = torch.cat([self.trace.codes, torch.full_like(self.trace.codes[:, :1], -1)], 1)
+        _scatter_where(board, cells, self.drafts, inside & ~fresh)
+        guesses, drawn = fill_drafts(
+            self.init,
+            self.drafts[:, None],
+            fresh[:, None],
+            cells[:, None],
+            board[:, :-1],
+            self.top1 if uses_top1(self.init) else None,
+            session.grid[1],
+            session.vocab_size,
+            u[:, None],
+        )
+        self.drafts.copy_(guesses[:, 0])
+        proposal = guess_proposal(guesses[:, 0], drawn[:, 0], session.vocab_size)
+        self.proposals.copy_(torch.where(fresh[..., None], proposal, self.proposals))
+
+
+@dataclass
+class Walk:
+    """The tree part of a window's verification."""
+
+    accepted: torch.Tensor  # [B] tree depths accepted
+    rejected: torch.Tensor  # [B] bool: a tree depth rejected every candidate
+    rest: torch.Tensor  # [B, V] that depth's last recursive residual
+    ranks: torch.Tensor  # [B, D] the kept sibling at each accepted depth (0 elsewhere)
+    codes: torch.Tensor  # [B, D] the kept candidate of each depth (the main draft where none was kept)
+    line: torch.Tensor  # [B, D + 1] the path's node at depths 0..D, then rank-0 children past its end
+    on_main: torch.Tensor  # [B] bool: every tree depth passed with its main draft (the chain goes on)
+
+
+def walk_tree(
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    siblings: torch.Tensor,
+    proposals: torch.Tensor,
+    valid: torch.Tensor,
+    u: torch.Tensor,
+    tree: TreeLayout,
+) -> Walk:
+    """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
+    order (`verify_siblings`) and the first that passes extends the path. `t [B, N, V]` node outputs;
+    `drafts [B, S]`, `siblings [B, D, K-1]`, `proposals [B, S, V]`; `valid [B, M]`; `u [B, D, K]`."""
+    batch = t.shape[0]
+    node = torch.zeros(batch, dtype=torch.long, device=t.device)
+    alive = torch.ones(batch, dtype=torch.bool, device=t.device)
+    accepted = torch.zeros_like(node)
+    rejected = torch.zeros_like(alive)
+    rest = t.new_zeros(batch, t.shape[-1])
+    ranks, codes, line = [], [], [node]
+    for j in range(tree.depth):  # the candidates of depth j + 1, for cell n + j
+        usable = alive & valid[:, j]
+        target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
+        candidates = torch.cat([drafts[:, j : j + 1], siblings[:, j]], 1)
+        rank, found, left = verify_siblings(target, proposals[:, j], candidates, u[:, j])
+        passed = usable & found
+        failed = usable & ~found
+        rejected |= failed
+        rest = torch.where(failed[:, None], left, rest)
+        rank = torch.where(passed, rank, 0)
+        node = tree.children[node, rank]
+        accepted += passed.long()
+        alive = passed
+        ranks.append(rank)
+        codes.append(candidates.gather(1, rank[:, None])[:, 0])
+        line.append(node)
+    ranks_t, codes_t = (torch.stack(xs, 1) if xs else node.new_zeros(batch, 0) for xs in (ranks, codes))
+    on_main = alive & (ranks_t == 0).all(1)
+    return Walk(accepted, rejected, rest, ranks_t, codes_t, torch.stack(line, 1), on_main)
+
+
+def sibling_proposal(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The distribution of the next sibling: `q [..., V]` without the codes `drawn [..., V]` so far,
+    renormalised; uniform over the codes not drawn where `q` has no mass left (a point-mass guess)."""
+    left = q.masked_fill(drawn, 0.0)
+    base = torch.where(left.sum(-1, keepdim=True) > 0, left, (~drawn).to(q.dtype))
+    return base / base.sum(-1, keepdim=True)
+
+
+def draw_siblings(q: torch.Tensor, main: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`[..., K-1]` siblings of the main drafts `main [...]`, drawn one by one without replacement from the
+    proposals `q [..., V]` (`sibling_proposal`) with the uniforms `u [..., K-1]`."""
+    drawn = _marked(torch.zeros_like(q, dtype=torch.bool), main)
+    siblings = []
+    for k in range(u.shape[-1]):
+        code = sample(sibling_proposal(q, drawn), u[..., k])
+        drawn = _marked(drawn, code)
+        siblings.append(code)
+    return torch.stack(siblings, -1) if siblings else main[..., None][..., :0]
+
+
+def verify_siblings(
+    target: torch.Tensor, q: torch.Tensor, candidates: torch.Tensor, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
+    drawn without replacement, see `sibling_proposal`) against `target [..., V]`, uniforms `u [..., K]`.
+    Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
+    t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
+    (what the depth draws from when none passed); the committed code is then distributed exactly as
+    `target`."""
+    drawn = torch.zeros_like(q, dtype=torch.bool)
+    rank = torch.zeros(candidates.shape[:-1], dtype=torch.long, device=q.device)
+    found = torch.zeros_like(rank, dtype=torch.bool)
+    for k in range(candidates.shape[-1]):
+        code = candidates[..., k]
+        proposal = q if k == 0 else sibling_proposal(q, drawn)
+        ok = ~found & passes(target, proposal, code, u[..., k])
+        rank = torch.where(ok, k, rank)
+        found |= ok
+        rest = residual(target, proposal)
+        target = torch.where(found[..., None], target, rest / rest.sum(-1, keepdim=True))
+        drawn = _marked(drawn, code)
+    return rank, found, target
+
+
+def _marked(drawn: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    return drawn.scatter(-1, codes[..., None], True)
