@@ -69,7 +69,7 @@ def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, 
 
 
 @pytest.mark.parametrize(
-    "sampler", ["sjd:window=3", "mc-sjd:window=3", "zipar+sjd:w=2,window=2", "lantern:k=3,window=3"]
+    "sampler", ["sjd:window=3", "mc-sjd:window=3", "zipar+sjd:w=3,window=2", "lantern:k=3,window=3"]
 )
 def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, sampler, counted):
     """Beyond one read every `CHECK_EVERY` steps, the reads are a fixed set-up (e.g. LANTERN's neighbour
