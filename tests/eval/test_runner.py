@@ -198,14 +198,14 @@ def test_an_out_dir_holding_other_settings_is_refused(setup, uninterrupted, caps
 
 def test_without_ar_the_ratios_are_left_empty_and_metrics_can_be_skipped(setup, tmp_path, capsys):
     out = tmp_path / "no-ar"
-    args = eval_args(setup, out, "--samplers", "zipar", "--n", "2", "--seeds", "0")
+    args = eval_args(setup, out, "--samplers", "zipar:w=2", "--n", "2", "--seeds", "0")
     args += ["--fid-features", "none", "--clip-model", "none"]
     assert main(["eval", *args]) == 0
     printed = capsys.readouterr().out
     assert "note: no `ar` run: step compression and latency speedup left empty" in printed
     (row,) = json.loads((out / "metrics.json").read_text())["samplers"]
     assert row["step_compression"] is None and row["latency_speedup"] is None and row["fid"] is None
-    assert "| `zipar` | 2 | n/a | n/a | 10.0 | n/a |" in (out / "report.md").read_text()
+    assert "| `zipar:w=2` | 2 | n/a | n/a | 7.0 | n/a |" in (out / "report.md").read_text()
 
 
 def test_the_builtin_prompts_are_scored_against_the_domain_renders(setup, tmp_path, monkeypatch):

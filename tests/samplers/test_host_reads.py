@@ -73,7 +73,7 @@ def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, 
     [
         "sjd:window=3",
         "mc-sjd:window=3",
-        "zipar+sjd:w=2,window=2",
+        "zipar+sjd:w=3,window=2",
         "lantern:k=3,window=3",
         "sjd-pac:window=16",
         "sjd-pac:window=9,tree_width=2,coupling=false,init=sample_vertical",

@@ -316,14 +316,14 @@ def test_a_pipeline_refuses_lantern_without_a_codebook_before_any_model_work(mon
 
 
 def test_zipar_with_lantern_relaxes_each_row_window(family):
-    pipe = tiny_pipeline(family, grid=(4, 4) if family == "janus" else (3, 4), vocab_size=16, logit_scale=2.0)
+    pipe = tiny_pipeline(family, grid=(4, 4), vocab_size=16, logit_scale=2.0)
     kwargs = dict(num_images_per_prompt=16, seed=0, output_type="latent")
-    verified = pipe("a red circle", sampler=ZipAR(w=2, verify=SJD(window=3)), **kwargs)
-    exact_rule = ZipAR(w=2, verify=SJD(window=3, acceptance=Lantern(k=8, delta=0.0)))
+    verified = pipe("a red circle", sampler=ZipAR(w=3, verify=SJD(window=3)), **kwargs)
+    exact_rule = ZipAR(w=3, verify=SJD(window=3, acceptance=Lantern(k=8, delta=0.0)))
     assert torch.equal(pipe("a red circle", sampler=exact_rule, **kwargs).codes, verified.codes)
     relaxed_rule = Lantern(k=8, delta=0.4)
     relaxed = pipe(
-        "a red circle", sampler=ZipAR(w=2, verify=SJD(window=3, acceptance=relaxed_rule)), **kwargs
+        "a red circle", sampler=ZipAR(w=3, verify=SJD(window=3, acceptance=relaxed_rule)), **kwargs
     )
     assert (relaxed.codes >= 0).all()
     assert sum(s.forward_passes for s in relaxed.stats) < sum(s.forward_passes for s in verified.stats)
