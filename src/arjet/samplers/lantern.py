@@ -12,8 +12,9 @@ claims (`<= delta`; LANTERN++: `<= (lam - 1) * p(x)`):
 
 - `bound="draft"` (default): LANTERN as published. Accept `x ~ q` when `u * q(x) < p~_x(x)`; a rejected
   slot is resampled from the exact residual of its own relaxed target, `norm(max(0, p~_x - q))`.
-  * point-mass draft (`q` one-hot, SJD's initial guesses): the committed token is distributed exactly as
-    `p~_x`, so its total variation to `p` is `m_x` (`<= delta`).
+  * point-mass draft (`q` one-hot: SJD's initial guesses, random ones included, see `uniform_guesses`):
+    the committed token is distributed exactly as `p~_x`, so its total variation to `p` is `m_x`
+    (`<= delta`).
   * sampled draft (SJD's carried drafts): the target depends on the draw, so `delta` alone bounds
     nothing. Writing the committed distribution as exact SJD's plus the change in acceptance and in the
     residuals gives `TV <= (alpha_relaxed - alpha_exact) + (2 / TV(p, q)) * sum_x max(0, q(x) - p(x)) * m_x
@@ -98,6 +99,17 @@ class Lantern:
     def relaxes_greedy(self) -> bool:
         """Greedy decoding verifies against the relaxed argmax (the step then passes `context.soft_p`)."""
         return self.bound == "draft"
+
+    @property
+    def uniform_guesses(self) -> bool:
+        """Whether a random initial guess is verified as the uniform draw it is (see `guess_proposal`). The
+        published form declares it a point mass instead: against a uniform `q` its acceptance would be
+        `min(1, V * p~_x(x))`, which admits almost any code that has a few likely neighbours and voids the
+        per-token bound; as a point mass the committed token follows `p~_x`, within `delta` of `p`. The
+        `"tv"` form is exact for its fixed target under any proposal, so it keeps the uniform one, as does a
+        rule that claims nothing (`delta = 0` or `lam = 1`), which is then exactly `sjd`."""
+        claims_nothing = self.delta == 0 if self.lam is None else self.lam == 1
+        return self.bound == "tv" or claims_nothing
 
     # -- the rule the speculative step calls --------------------------------------------------------
     def verify(

@@ -127,6 +127,7 @@ class WindowDecoder:
         self.track_top1 = uses_top1(config.init)
         relaxes_greedy = getattr(config.acceptance, "relaxes_greedy", False)
         self.soft_policy = policy.soft() if policy.greedy and relaxes_greedy else None
+        self.uniform_guesses = getattr(config.acceptance, "uniform_guesses", True)
         self.top1 = torch.full((batch, session.num_cells + 1), -1, dtype=torch.long, device=device)
         self.positions = torch.arange(window, device=device)
         self.slot_ids = torch.arange(slots, device=device)
@@ -238,7 +239,7 @@ class WindowDecoder:
         return newly
 
     def _fill(self, newly: torch.Tensor, refill: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses (point-mass proposals) for every slot of the lanes in `newly [B, A]` and for the
+        """Initial guesses (uniform or point-mass proposals, see `guess_proposal`) for every slot of the lanes in `newly [B, A]` and for the
         `refill [B, A, S]` slots of running lanes, drawn with the uniforms `u [B, A, >= S]`."""
         if not self.slots:
             return
@@ -262,7 +263,7 @@ class WindowDecoder:
         self.drafts[..., : self.slots] = guesses
         self.proposals[..., : self.slots, :] = torch.where(
             fresh[..., None],
-            guess_proposal(guesses, drawn, self.session.vocab_size),
+            guess_proposal(guesses, drawn & self.uniform_guesses, self.session.vocab_size),
             self.proposals[..., : self.slots, :],
         )
 
