@@ -48,3 +48,14 @@ def goodness_of_fit(samples: torch.Tensor, exact: dict[tuple, float], min_expect
         expected.append(pooled_expected)
     expected = np.array(expected) * (total / np.sum(expected))
     return float(scipy_stats.chisquare(np.array(observed, dtype=float), expected).pvalue)
+
+
+def chisquare_p_value(codes: torch.Tensor, expected: torch.Tensor) -> float:
+    """Chi-square p-value of `codes` drawn from `expected`; 0 when a code outside its support was drawn."""
+    counts = torch.bincount(codes, minlength=len(expected)).double()
+    support = expected > 0
+    if bool((counts[~support] > 0).any()):
+        return 0.0
+    return float(
+        scipy_stats.chisquare(counts[support].numpy(), (expected[support] * len(codes)).numpy()).pvalue
+    )

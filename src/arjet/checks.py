@@ -64,6 +64,16 @@ def optional_integer(
     return None if value is None else integer(name, value, minimum, maximum)
 
 
+def _finite_within(
+    value: float, minimum: float | None, maximum: float | None, exclusive_minimum: bool
+) -> bool:
+    if not math.isfinite(value):
+        return False
+    if minimum is not None and not (value > minimum if exclusive_minimum else value >= minimum):
+        return False
+    return maximum is None or value <= maximum
+
+
 def number(
     name: str,
     value: Any,
@@ -75,12 +85,7 @@ def number(
 ) -> float:
     """`value` as a finite float within the bounds; ValueError naming `name` otherwise (NaN and infinities
     never pass)."""
-    ok = is_number(value) and math.isfinite(value)
-    if ok and minimum is not None:
-        ok = value > minimum if exclusive_minimum else value >= minimum
-    if ok and maximum is not None:
-        ok = value <= maximum
-    if not ok:
+    if not (is_number(value) and _finite_within(value, minimum, maximum, exclusive_minimum)):
         bounds = _range_text(minimum, maximum, exclusive_minimum)
         hint = f" ({note})" if note else ""
         raise ValueError(
@@ -158,12 +163,7 @@ def float_type(
             value = float(text.strip())
         except ValueError:
             value = math.nan
-        ok = math.isfinite(value)
-        if ok and minimum is not None:
-            ok = value > minimum if exclusive_minimum else value >= minimum
-        if ok and maximum is not None:
-            ok = value <= maximum
-        if not ok:
+        if not _finite_within(value, minimum, maximum, exclusive_minimum):
             bounds = _range_text(minimum, maximum, exclusive_minimum)
             raise ValueError(f"must be a finite number{' ' + bounds if bounds else ''}, got {text!r}")
         return value

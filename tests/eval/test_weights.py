@@ -7,28 +7,14 @@ marker. Routes: `inception:<file>` and `$ARJET_INCEPTION_WEIGHTS`, `open_clip:<n
 """
 
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
+from pickles import Payload
 
 from arjet.cli import main
 from arjet.eval.clip import WEIGHTS_FILE, load_clip, parse_clip_spec
 from arjet.eval.features import INCEPTION_VARIABLE, InceptionFeatures, check_feature_spec
-
-
-def _mark(path: str) -> None:
-    Path(path).write_text("unpickled")
-
-
-class Payload:
-    """Unpickling this runs `_mark`: a stand-in for a malicious object inside a checkpoint."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return _mark, (str(self.marker),)
 
 
 @pytest.fixture

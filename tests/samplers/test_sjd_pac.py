@@ -4,7 +4,6 @@ Its distribution against exact `ar` (and the negative controls) is tested in `te
 import numpy as np
 import pytest
 import torch
-from scipy import stats as scipy_stats
 
 from arjet import samplers
 from arjet.samplers import SJD, SJDPAC, sample
@@ -17,6 +16,8 @@ from arjet.samplers.sjd_pac import (
 )
 from arjet.samplers.speculative import residual
 from arjet.testing import tiny_pipeline
+
+from stats import chisquare_p_value
 
 DRAWS = 200_000
 
@@ -173,16 +174,6 @@ def _multi_draft(target, q, width, seed, wrong=None):
     return torch.where(found, candidates.gather(1, rank[:, None])[:, 0], sample(rest, u[:, -1]))
 
 
-def _p_value(codes, expected):
-    counts = torch.bincount(codes, minlength=len(expected)).double()
-    support = expected > 0
-    if bool((counts[~support] > 0).any()):
-        return 0.0
-    return float(
-        scipy_stats.chisquare(counts[support].numpy(), (expected[support] * len(codes)).numpy()).pvalue
-    )
-
-
 @pytest.mark.parametrize("width", [1, 2, 3, 5])
 @pytest.mark.parametrize("seed", range(3))
 def test_recursive_rejection_over_siblings_gives_exactly_the_target(width, seed):
@@ -192,12 +183,12 @@ def test_recursive_rejection_over_siblings_gives_exactly_the_target(width, seed)
     target[seed] = 0.0  # filtered out by top-k
     q[(seed + 2) % 6] = 0.0  # never drafted by the main proposal
     target, q = target / target.sum(), q / q.sum()
-    assert _p_value(_multi_draft(target, q, width, seed), target) > 1e-3
+    assert chisquare_p_value(_multi_draft(target, q, width, seed), target) > 1e-3
 
 
 @pytest.mark.parametrize("wrong", ["siblings tested against t", "resample from t"])
 def test_negative_control_a_wrong_sibling_rule_is_rejected(wrong):
-    assert _p_value(_multi_draft(T, Q, 3, 0, wrong=wrong), T) < 1e-12
+    assert chisquare_p_value(_multi_draft(T, Q, 3, 0, wrong=wrong), T) < 1e-12
 
 
 def test_siblings_raise_acceptance():

@@ -7,25 +7,16 @@ The simulations draw many independent single-token problems at once; each has a 
 import numpy as np
 import pytest
 import torch
-from scipy import stats as scipy_stats
 
 from arjet.samplers import sample
 from arjet.samplers.speculative import accept_prefix, couple, passes, residual
+
+from stats import chisquare_p_value
 
 DRAWS = 200_000
 # t is a top-k-filtered target with zeros; q spreads mass over the whole vocabulary, as random drafts do
 TARGET = torch.tensor([0.55, 0.3, 0.15, 0.0, 0.0], dtype=torch.float64)
 PROPOSAL = torch.tensor([0.1, 0.15, 0.25, 0.2, 0.3], dtype=torch.float64)
-
-
-def _p_value(codes: torch.Tensor, expected: torch.Tensor) -> float:
-    counts = torch.bincount(codes, minlength=len(expected)).double()
-    support = expected > 0
-    if bool((counts[~support] > 0).any()):
-        return 0.0
-    return float(
-        scipy_stats.chisquare(counts[support].numpy(), (expected[support] * len(codes)).numpy()).pvalue
-    )
 
 
 def _uniforms(seed: int, count: int = 3) -> list[torch.Tensor]:
@@ -73,14 +64,14 @@ def test_accept_prefix_stops_at_the_first_failed_or_unusable_slot():
 
 
 def test_simulated_speculative_step_matches_the_target():
-    assert _p_value(_speculative(TARGET, PROPOSAL, seed=0), TARGET) > 1e-3
+    assert chisquare_p_value(_speculative(TARGET, PROPOSAL, seed=0), TARGET) > 1e-3
 
 
 def test_point_mass_drafts_match_the_target():
     """SJD's initial guesses are point masses: accepted with probability t(x), else drawn from t without x."""
     for code in range(len(TARGET)):
         point = torch.nn.functional.one_hot(torch.tensor(code), len(TARGET)).double()
-        assert _p_value(_speculative(TARGET, point, seed=code), TARGET) > 1e-3
+        assert chisquare_p_value(_speculative(TARGET, point, seed=code), TARGET) > 1e-3
 
 
 @pytest.mark.parametrize(
@@ -94,7 +85,7 @@ def test_negative_control_wrong_speculative_steps_are_rejected(wrong):
         # drafts come from the filtered proposal, but the test divides by the unfiltered one
         filtered = torch.where(TARGET > 0, PROPOSAL, 0.0)
         codes = _speculative(TARGET, filtered / filtered.sum(), seed=0, tested_q=PROPOSAL)
-    assert _p_value(codes, TARGET) < 1e-12
+    assert chisquare_p_value(codes, TARGET) < 1e-12
 
 
 def _coupled(p, previous_q, seed, wrong=False):
@@ -109,7 +100,7 @@ def _coupled(p, previous_q, seed, wrong=False):
 
 def test_coupled_redraft_has_marginal_p_and_is_maximally_coupled():
     previous, new = _coupled(TARGET, PROPOSAL, seed=1)
-    assert _p_value(new, TARGET) > 1e-3
+    assert chisquare_p_value(new, TARGET) > 1e-3
     # maximal coupling: the old draft survives with probability sum_x min(p(x), q(x))
     overlap = float(torch.minimum(TARGET, PROPOSAL).sum())
     kept = float((new == previous).double().mean())
@@ -118,4 +109,4 @@ def test_coupled_redraft_has_marginal_p_and_is_maximally_coupled():
 
 def test_negative_control_coupling_without_the_residual_is_rejected():
     _, new = _coupled(TARGET, PROPOSAL, seed=1, wrong=True)
-    assert _p_value(new, TARGET) < 1e-12
+    assert chisquare_p_value(new, TARGET) < 1e-12

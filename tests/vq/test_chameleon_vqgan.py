@@ -1,10 +1,10 @@
 """arjet's Chameleon VQGAN: tokenizer contract, save/load, checkpoint conversion, parity with transformers."""
 
 import inspect
-from pathlib import Path
 
 import pytest
 import torch
+from pickles import Payload
 from tiny_vqgan import TINY, YAML, randomize_, tiny_vqgan
 from transformers import ChameleonVQVAE, ChameleonVQVAEConfig
 
@@ -20,20 +20,6 @@ def _codes(batch: int = 2, height: int = 8, width: int = 8, seed: int = 2) -> to
     return torch.randint(
         0, TINY["n_embed"], (batch, height, width), generator=torch.Generator().manual_seed(seed)
     )
-
-
-def _mark(path: str) -> None:
-    Path(path).write_text("unpickled")
-
-
-class Payload:
-    """Unpickling this runs `_mark`: a stand-in for a malicious object inside a checkpoint."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return _mark, (str(self.marker),)
 
 
 def test_tokenizer_contract():
