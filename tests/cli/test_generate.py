@@ -1,5 +1,6 @@
 """`arjet generate` end to end on a saved tiny pipeline, and its checks that run before any model loads."""
 
+import argparse
 import json
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from arjet import cli, samplers
 from arjet.cli import generate
+from arjet.cli.options import compile_argument
 from arjet.testing import tiny_pipeline
 
 PROMPT = "a red circle left of a blue square"
@@ -82,6 +84,8 @@ def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
         (["--out", "image.psd"], "--out must end in an image extension arjet can write"),
         (["--out", "."], "--out '.' is a folder; give a file name"),
         (["", "--out", "x.png"], "the prompt is empty"),
+        (["--compile", "cuda-graphs", "--device", "cpu"], "--compile cuda-graphs needs a CUDA device"),
+        (["--compile", "yes"], "argument --compile: invalid choice: 'yes'"),
     ],
 )
 def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monkeypatch, capsys):
@@ -127,3 +131,11 @@ def test_several_images_print_what_each_cost(saved, tmp_path, capsys):
     assert lines[0] == f"saved {out}: 3 images as one grid, row by row"
     assert [line.split(":")[0] for line in lines[1:]] == [f"  image {i} (seed {5 + i})" for i in range(3)]
     assert all("with sjd:window=4," in line for line in lines[1:])
+
+
+@pytest.mark.parametrize(
+    ("choice", "value"),
+    [("off", False), ("auto", True), ("inductor", "inductor"), ("cuda-graphs", "cuda-graphs")],
+)
+def test_compile_choices_are_the_pipelines_compile_values(choice, value):
+    assert compile_argument(argparse.Namespace(compile=choice, device="cuda")) == value

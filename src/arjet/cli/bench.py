@@ -8,11 +8,13 @@ import warnings
 from .. import checks
 from .options import (
     add_command,
+    add_compile_argument,
     add_json_argument,
     add_model_arguments,
     add_sampling_arguments,
     add_seed_argument,
     add_size_arguments,
+    compile_argument,
     json_output,
     json_text,
     load_pipeline,
@@ -73,6 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)",
     )
     add_sampling_arguments(parser)
+    add_compile_argument(parser)
     parser.add_argument(
         "--out", default=None, metavar="FILE", help="also write the full results here (.json)"
     )
@@ -96,10 +99,11 @@ def run(args: argparse.Namespace) -> int:
     specs = samplers.parse_specs(args.samplers)  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
     sampling = sampling_options(args)
+    compile = compile_argument(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir)
 
     # 2. the model, then the bench
-    call = {**sampling.kwargs(), "height": args.height, "width": args.width}
+    call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}
     call = {key: value for key, value in call.items() if value is not None}
     if arch is None:
         pipe = load_pipeline(args)

@@ -8,12 +8,14 @@ from .. import checks
 from ..limits import DEFAULT_LIMITS
 from .options import (
     add_command,
+    add_compile_argument,
     add_json_argument,
     add_model_arguments,
     add_sampling_arguments,
     add_seed_argument,
     add_size_arguments,
     check_model_arguments,
+    compile_argument,
     json_text,
     load_pipeline,
     sampling_options,
@@ -48,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_size_arguments(parser)
     add_sampling_arguments(parser)
+    add_compile_argument(parser)
     parser.add_argument(
         "--out", default="out.png", metavar="FILE", help="the image file to write (default out.png)"
     )
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_options(args)
     checks.seed("--seed", args.seed, args.num_images)
     path = checks.output_file("--out", args.out, image=True)
+    compile = compile_argument(args)
     check_model_arguments(args)
 
     # 2. the model, the images
@@ -81,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         num_images_per_prompt=args.num_images,
         height=args.height,
         width=args.width,
+        compile=compile,
         **sampling.kwargs(),
     )
     path.parent.mkdir(parents=True, exist_ok=True)

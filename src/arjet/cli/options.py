@@ -86,6 +86,33 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor")
+
+
+def add_compile_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile",
+        choices=COMPILE_CHOICES,
+        default="off",
+        help="how each decode step runs: off (eagerly, the default), cuda-graphs (captured once per attention "
+        "span and replayed; CUDA only), inductor (the decoder through torch.compile; slow the first time), "
+        "auto (cuda-graphs on a GPU, else inductor)",
+    )
+
+
+def compile_argument(args: argparse.Namespace) -> bool | str:
+    """`--compile` as the pipeline's `compile=` value, refused before any model work where it cannot run."""
+    from ..pipelines.loading import default_device
+
+    choice = {"off": False, "auto": True}.get(args.compile, args.compile)
+    device = str(args.device or default_device())
+    if choice == "cuda-graphs" and not device.startswith("cuda"):
+        raise ValueError(
+            f"--compile cuda-graphs needs a CUDA device, got --device {device} (use inductor or off)"
+        )
+    return choice
+
+
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     """The numbers that shape the target distribution (`arjet.samplers.SamplingOptions`)."""
     parser.add_argument(
