@@ -95,14 +95,34 @@ class _Projection:
         return F.linear(x, self.weight, self.bias)
 
 
-def _packed(weight: torch.Tensor) -> torch.Tensor:
-    """The oneDNN copy of `weight`, kept on the weight itself (so it lives as long as the weight) and made
-    again when the weight has changed since."""
-    cached = getattr(weight, "_arjet_packed", None)
-    if cached is None or cached[0] != weight._version:
+@dataclass
+class _FusedProjection:
+    """Linear layers that read the same input (q, k, v; gate, up) as one matrix product over their stacked,
+    oneDNN-packed weights on the CPU (one call instead of several: on a small model the calls, not the
+    arithmetic, are the cost); without a packed copy, or with gradients on, each part runs on its own."""
+
+    parts: tuple[_Projection, ...]
+    sizes: tuple[int, ...]
+    bias: torch.Tensor | None = None
+    packed: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.packed is not None and not torch.is_grad_enabled():
+            out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return out.split(self.sizes, -1)
+        return tuple(part(x) for part in self.parts)
+
+
+def _packed(*weights: torch.Tensor) -> torch.Tensor:
+    """The oneDNN copy of `weights` stacked along the output dimension, kept on the first weight (so it lives
+    as long as the weights) and made again when any of them has changed since."""
+    key = tuple((id(w), w._version) for w in weights)
+    cached = getattr(weights[0], "_arjet_packed", None)
+    if cached is None or cached[0] != key:
         with torch.no_grad():
-            cached = (weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 2))
-        weight._arjet_packed = cached
+            stacked = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else weights[0].detach()
+            cached = (key, torch.ops.mkldnn._reorder_linear_weight(stacked, 2))
+        weights[0]._arjet_packed = cached
     return cached[1]
 
 
@@ -120,15 +140,12 @@ def _can_pack(weights: list[torch.Tensor]) -> bool:
 @dataclass
 class _Layer:
     attention_norm: nn.Module
-    q: _Projection
-    k: _Projection
-    v: _Projection
+    qkv: _FusedProjection
     o: _Projection
     q_norm: nn.Module | None
     k_norm: nn.Module | None
     mlp_norm: nn.Module
-    gate: _Projection
-    up: _Projection
+    gate_up: _FusedProjection
     down: _Projection
     act: Callable[[torch.Tensor], torch.Tensor]
 
@@ -171,38 +188,35 @@ class LlamaStackDecoder:
         ]
         pack = _can_pack([linear.weight for group in linears for linear in group])
         self.layers = [
-            self._layer(layer, [_projection(linear, pack) for linear in group], qk_norm)
+            self._layer(layer, group, pack, qk_norm)
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
         self.norm = backbone.norm
 
     @staticmethod
-    def _layer(layer: nn.Module, projections: list[_Projection], qk_norm: bool) -> _Layer:
+    def _layer(layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
-        q, k, v, o, gate, up, down = projections
+        q, k, v, o, gate, up, down = linears
         return _Layer(
             attention_norm=layer.input_layernorm,
-            q=q,
-            k=k,
-            v=v,
-            o=o,
+            qkv=_fused((q, k, v), pack),
+            o=_projection(o, pack),
             q_norm=attention.q_norm if qk_norm else None,
             k_norm=attention.k_norm if qk_norm else None,
             mlp_norm=layer.post_attention_layernorm,
-            gate=gate,
-            up=up,
-            down=down,
+            gate_up=_fused((gate, up), pack),
+            down=_projection(down, pack),
             act=layer.mlp.act_fn,
         )
 
     def unpack(self) -> None:
         """Use the layers' own weights (no oneDNN copies) from now on."""
         for layer in self.layers:
-            for projection in (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down):
+            for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
                 projection.packed = None
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
-        weight = self.layers[0].q.weight
+        weight = self.layers[0].o.weight
         shape = (len(self.layers), rows, self.num_kv_heads, capacity, self.head_dim)
         keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
         positions = torch.arange(capacity, device=weight.device)[None]
@@ -222,9 +236,10 @@ class LlamaStackDecoder:
         for i, layer in enumerate(self.layers):
             residual = x
             h = x if self.swin_norm else _rms_norm(layer.attention_norm, x)
-            q = layer.q(h).view(rows, m, self.num_heads, self.head_dim)
-            k = layer.k(h).view(rows, m, self.num_kv_heads, self.head_dim)
-            v = layer.v(h).view(rows, m, self.num_kv_heads, self.head_dim)
+            q, k, v = layer.qkv(h)
+            q = q.view(rows, m, self.num_heads, self.head_dim)
+            k = k.view(rows, m, self.num_kv_heads, self.head_dim)
+            v = v.view(rows, m, self.num_kv_heads, self.head_dim)
             if layer.q_norm is not None:
                 q, k = _head_norm(layer.q_norm, q), _head_norm(layer.k_norm, k)
             q = _rotate(q.transpose(1, 2), cos, sin)
@@ -244,13 +259,24 @@ class LlamaStackDecoder:
             x = residual + (_rms_norm(layer.attention_norm, h) if self.swin_norm else h)
             residual = x
             h = x if self.swin_norm else _rms_norm(layer.mlp_norm, x)
-            h = layer.down(layer.act(layer.gate(h)) * layer.up(h))
+            gate, up = layer.gate_up(h)
+            h = layer.down(layer.act(gate) * up)
             x = residual + (_rms_norm(layer.mlp_norm, h) if self.swin_norm else h)
         return _rms_norm(self.norm, x)
 
 
 def _projection(linear: nn.Linear, pack: bool) -> _Projection:
     return _Projection(linear.weight, linear.bias, _packed(linear.weight) if pack else None)
+
+
+def _fused(linears: tuple[nn.Linear, ...], pack: bool) -> _FusedProjection:
+    parts = tuple(_projection(linear, pack=False) for linear in linears)
+    sizes = tuple(linear.out_features for linear in linears)
+    biases = [linear.bias for linear in linears]
+    if not pack or any((b is None) != (biases[0] is None) for b in biases):
+        return _FusedProjection(parts, sizes)
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+    return _FusedProjection(parts, sizes, bias, _packed(*(linear.weight for linear in linears)))
 
 
 def fast_linear(linear: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
