@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from .speculative import guess_proposal
+
 INIT_SCHEMES = ("random", "repeat_horizontal", "repeat_vertical", "sample_horizontal", "sample_vertical")
 
 
@@ -125,3 +127,39 @@ def _lookup(values: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
 def _neighbour(values: torch.Tensor, source: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     found = values.gather(1, source.clamp(min=0)[:, None]).squeeze(1)
     return torch.where((source >= 0) & (found >= 0), found, fallback)
+
+
+def refill_drafts(
+    scheme: str,
+    drafts: torch.Tensor,
+    proposals: torch.Tensor,
+    cells: torch.Tensor,
+    inside: torch.Tensor,
+    fresh: torch.Tensor,
+    codes: torch.Tensor,
+    top1: torch.Tensor | None,
+    width: int,
+    u: torch.Tensor,
+    uniform: bool = True,
+) -> None:
+    """Give the `fresh` slots of `drafts [B, R, S]` their initial guesses and `proposals [B, R, S, V]` the
+    proposals they were drawn from, in place (views are fine). `cells [B, R, S]`: the cell each slot guesses;
+    `inside`: slots inside the image (kept drafts there are what fresh slots see beside the committed `codes
+    [B, N]`); `uniform`: whether a random guess keeps its uniform proposal (else a point mass, see
+    `Lantern.uniform_guesses`). Other arguments as `fill_drafts`."""
+    vocab_size = proposals.shape[-1]
+    board = torch.cat([codes, torch.full_like(codes[:, :1], -1)], 1)
+    scatter_where(board, cells, drafts, inside & ~fresh)
+    guesses, drawn = fill_drafts(scheme, drafts, fresh, cells, board[:, :-1], top1, width, vocab_size, u)
+    drafts.copy_(guesses)
+    proposal = guess_proposal(guesses, drawn & uniform, vocab_size)
+    proposals.copy_(torch.where(fresh[..., None], proposal, proposals))
+
+
+def scatter_where(
+    target: torch.Tensor, cells: torch.Tensor, values: torch.Tensor, where: torch.Tensor
+) -> None:
+    """`target[b, cells] = values` where `where`; other entries go to the last column, kept as scratch."""
+    scratch = target.shape[1] - 1
+    target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))
+    target[:, scratch] = -1 if target.dtype == torch.long else 0

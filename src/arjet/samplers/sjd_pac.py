@@ -39,13 +39,12 @@ import torch
 
 from .. import checks
 from .base import DecodeTrace, commit_first_cell, run_steps
-from .drafts import check_scheme, fill_drafts, uses_top1
+from .drafts import check_scheme, refill_drafts, scatter_where, uses_top1
 from .jacobi import JacobiOutcome, Verdict, conclude, verify
 from .policy import LogitsPolicy
 from .random import ImageRandom, sample
 from .sjd import check_size_fits, check_window
-from .speculative import Exact, guess_proposal, passes, residual
-from .windows import _scatter_where
+from .speculative import Exact, passes, residual
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -247,7 +246,7 @@ class TreeDecoder:
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))
         if uses_top1(self.init):
             window_cells = n[:, None] + self.positions
-            _scatter_where(self.top1, window_cells, p.argmax(-1), valid)
+            scatter_where(self.top1, window_cells, p.argmax(-1), valid)
         chain = verify(
             p[:, tree.depth : self.slots],
             self.drafts[:, tree.depth :],
@@ -306,23 +305,18 @@ class TreeDecoder:
         session = self.session
         cells = self.n[:, None] + self.positions[: self.slots]
         inside = cells < session.num_cells
-        fresh = inside & refill
-        board = torch.cat([self.trace.codes, torch.full_like(self.trace.codes[:, :1], -1)], 1)
-        _scatter_where(board, cells, self.drafts, inside & ~fresh)
-        guesses, drawn = fill_drafts(
+        refill_drafts(  # one lane: the [B, 1, S] views of the window's slots
             self.init,
             self.drafts[:, None],
-            fresh[:, None],
+            self.proposals[:, None],
             cells[:, None],
-            board[:, :-1],
+            inside[:, None],
+            (inside & refill)[:, None],
+            self.trace.codes,
             self.top1 if uses_top1(self.init) else None,
             session.grid[1],
-            session.vocab_size,
             u[:, None],
         )
-        self.drafts.copy_(guesses[:, 0])
-        proposal = guess_proposal(guesses[:, 0], drawn[:, 0], session.vocab_size)
-        self.proposals.copy_(torch.where(fresh[..., None], proposal, self.proposals))
 
 
 @dataclass

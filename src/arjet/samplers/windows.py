@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from .base import DecodeTrace, commit_first_cell, run_steps
-from .drafts import fill_drafts, uses_top1
+from .drafts import refill_drafts, scatter_where, uses_top1
 from .jacobi import RuleContext, jacobi_step
 from .policy import LogitsPolicy
 from .random import ImageRandom
-from .speculative import AcceptanceRule, guess_proposal
+from .speculative import AcceptanceRule
 
 if TYPE_CHECKING:
     from ..session import DecodingSession
@@ -191,7 +191,7 @@ class WindowDecoder:
         if self.soft_policy is not None:
             context.soft_p = self.soft_policy.probs(logits[..., : self.slots, :])
         if self.track_top1:
-            _scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+            scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
 
         # 2. verify, resample, commit; keep the inputs that fed committed cells
         u = self.rng.uniform(slots, 4, window)
@@ -209,7 +209,7 @@ class WindowDecoder:
         used = in_window & (self.positions <= outcome.accepted[..., None]) & ~ephemeral[..., :window]
         keep = torch.cat([used, flush[..., None]], -1)
         session.commit(keep.flatten(1))
-        _scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
+        scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
         trace.commit(torch.where(outcome.committed, window_cells, -1).flatten(1), outcome.codes.flatten(1))
         self.n += outcome.advanced
 
@@ -239,32 +239,25 @@ class WindowDecoder:
         return newly
 
     def _fill(self, newly: torch.Tensor, refill: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses (uniform or point-mass proposals, see `guess_proposal`) for every slot of the lanes in `newly [B, A]` and for the
-        `refill [B, A, S]` slots of running lanes, drawn with the uniforms `u [B, A, >= S]`."""
+        """Initial guesses (uniform or point-mass proposals, see `guess_proposal`) for every slot of the lanes
+        in `newly [B, A]` and for the `refill [B, A, S]` slots of running lanes, drawn with the uniforms
+        `u [B, A, >= S]`."""
         if not self.slots:
             return
-        drafts = self.drafts[..., : self.slots]
         cells = self.n[..., None] + self.positions[: self.slots]
         inside = cells < self.end[..., None]
-        fresh = inside & (newly[..., None] | refill)
-        board = torch.cat([self.trace.codes, torch.full_like(self.trace.codes[:, :1], -1)], 1)
-        _scatter_where(board, cells, drafts, inside & ~fresh)
-        guesses, drawn = fill_drafts(
+        refill_drafts(
             self.config.init,
-            drafts,
-            fresh,
+            self.drafts[..., : self.slots],
+            self.proposals[..., : self.slots, :],
             cells,
-            board[:, :-1],
+            inside,
+            inside & (newly[..., None] | refill),
+            self.trace.codes,
             self.top1 if self.track_top1 else None,
             self.width,
-            self.session.vocab_size,
             u[..., : self.slots],
-        )
-        self.drafts[..., : self.slots] = guesses
-        self.proposals[..., : self.slots, :] = torch.where(
-            fresh[..., None],
-            guess_proposal(guesses, drawn & self.uniform_guesses, self.session.vocab_size),
-            self.proposals[..., : self.slots, :],
+            self.uniform_guesses,
         )
 
     def _needs_flush(self) -> torch.Tensor:
@@ -313,12 +306,3 @@ def run_windows(
     max_steps = lanes.steps_one_cell_each() if exact else session.num_cells - 1
     reach = config.window + (session.grid[1] if len(lanes.starts) > 1 else 0)  # a new row starts one row on
     run_steps(decoder.step, trace, max_steps, reach, exact=exact)
-
-
-def _scatter_where(
-    target: torch.Tensor, cells: torch.Tensor, values: torch.Tensor, where: torch.Tensor
-) -> None:
-    """`target[b, cells] = values` where `where`; other entries go to the last column, kept as scratch."""
-    scratch = target.shape[1] - 1
-    target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))
-    target[:, scratch] = -1 if target.dtype == torch.long else 0
