@@ -1,6 +1,5 @@
 """`arjet.checks`: the one module of argument checks every entry point uses."""
 
-import argparse
 import math
 
 import pytest
@@ -45,21 +44,25 @@ def test_valid_values_pass_through():
     assert checks.optional_integer("w", None, 1) is None
 
 
-@pytest.mark.parametrize(
-    ("parse", "text", "message"),
-    [
-        (checks.int_type(1), "0", "must be an integer >= 1, got '0'"),
-        (checks.int_type(1), "1.5", "must be an integer >= 1, got '1.5'"),
-        (checks.float_type(0.0), "nan", "must be a finite number >= 0, got 'nan'"),
-        (checks.float_type(0.0), "1e400", "must be a finite number >= 0, got '1e400'"),
-        (checks.bool_type(), "maybe", "must be true or false, got 'maybe'"),
-        (checks.device_type(), "bogus", "device 'bogus' is not a torch device"),
-        (checks.device_type(), "tpu", "device 'tpu'"),
-    ],
-)
-def test_argparse_types_raise_argparse_errors(parse, text, message):
-    with pytest.raises(argparse.ArgumentTypeError, match=message):
-        parse(text)
+@pytest.mark.parametrize("text", ["1_6", "\uff18", "\u0661\u0666", "0x10", "16.0", "", " "])
+def test_integers_are_read_from_ascii_digits_only(text):
+    """Python's int() takes "1_6" and other scripts' digits; a command line or a spec must not."""
+    assert checks.integer_from_text(text) is None
+
+
+@pytest.mark.parametrize(("text", "value"), [(" 16 ", 16), ("-3", -3), ("+7", 7)])
+def test_integers_in_ascii_digits_are_read(text, value):
+    assert checks.integer_from_text(text) == value
+
+
+@pytest.mark.parametrize("text", ["1_0.5", "\uff18.5", "1e", "0x1p3", "", "one"])
+def test_numbers_are_read_from_ascii_only(text):
+    assert math.isnan(checks.number_from_text(text))
+
+
+@pytest.mark.parametrize(("text", "value"), [("0.5", 0.5), ("-2e3", -2000.0), (".5", 0.5), ("inf", math.inf)])
+def test_numbers_in_ascii_are_read(text, value):
+    assert checks.number_from_text(text) == value
 
 
 def test_cuda_devices_must_exist_here():

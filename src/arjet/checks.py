@@ -1,17 +1,17 @@
 """Argument checks shared by the library, the command line and the demo.
 
 One place says what a valid integer, number, flag, choice, seed or device is. Every check raises a
-`ValueError` that names the argument, shows the bad value and says what is allowed; the `*_type` helpers
-wrap the same checks for `argparse` (`type=`), so a bad option ends as `arjet CMD: error: argument
---NAME: ...` with exit status 2, before anything is loaded.
+`ValueError` that names the argument, shows the bad value and says what is allowed. The command line wraps
+the same checks as `argparse` types (`arjet.cli.types`), so a bad option ends as `arjet CMD: error:
+argument --NAME: ...` with exit status 2, before anything is loaded.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ def _show(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-def _range_text(minimum: float | None, maximum: float | None, exclusive_minimum: bool = False) -> str:
+def range_text(minimum: float | None, maximum: float | None, exclusive_minimum: bool = False) -> str:
+    """How an error message states a range: `>= 1`, `from 1 to 64`, `in (0, 1]`."""
     low = ">" if exclusive_minimum else ">="
     if minimum is not None and maximum is not None:
         if exclusive_minimum:
@@ -53,7 +54,7 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
         or (minimum is not None and value < minimum)
         or (maximum is not None and value > maximum)
     ):
-        bounds = _range_text(minimum, maximum)
+        bounds = range_text(minimum, maximum)
         raise ValueError(f"{name} must be an integer{' ' + bounds if bounds else ''}, got {value!r}")
     return value
 
@@ -64,9 +65,10 @@ def optional_integer(
     return None if value is None else integer(name, value, minimum, maximum)
 
 
-def _finite_within(
-    value: float, minimum: float | None, maximum: float | None, exclusive_minimum: bool
+def finite_within(
+    value: float, minimum: float | None, maximum: float | None, exclusive_minimum: bool = False
 ) -> bool:
+    """`value` is finite and inside the bounds."""
     if not math.isfinite(value):
         return False
     if minimum is not None and not (value > minimum if exclusive_minimum else value >= minimum):
@@ -85,8 +87,8 @@ def number(
 ) -> float:
     """`value` as a finite float within the bounds; ValueError naming `name` otherwise (NaN and infinities
     never pass)."""
-    if not (is_number(value) and _finite_within(value, minimum, maximum, exclusive_minimum)):
-        bounds = _range_text(minimum, maximum, exclusive_minimum)
+    if not (is_number(value) and finite_within(value, minimum, maximum, exclusive_minimum)):
+        bounds = range_text(minimum, maximum, exclusive_minimum)
         hint = f" ({note})" if note else ""
         raise ValueError(
             f"{name} must be a finite number{' ' + bounds if bounds else ''}{hint}, got {value!r}"
@@ -119,77 +121,25 @@ def seed(name: str, value: Any, count: int = 1) -> int:
     return value
 
 
-# -- argparse types ------------------------------------------------------------------------------------
-def _typed(convert: Callable[[str], Any], label: str) -> Callable[[str], Any]:
-    """An argparse `type=` that turns the check's ValueError into argparse's clean error."""
-
-    def parse(text: str) -> Any:
-        try:
-            return convert(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    parse.__name__ = label
-    return parse
+# -- numbers written as text ------------------------------------------------------------------------
+# ASCII only: Python's int() and float() also take "1_6" and other scripts' digits ("８"), which no one
+# types on purpose into a command line or a sampler spec
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_NUMBER_TEXT = re.compile(
+    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE
+)
 
 
-def int_type(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    """argparse type: an integer within the bounds (`--n 0` -> `argument --n: must be an integer >= 1, got '0'`)."""
-
-    def convert(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            value = None
-        if (
-            value is None
-            or (minimum is not None and value < minimum)
-            or (maximum is not None and value > maximum)
-        ):
-            bounds = _range_text(minimum, maximum)
-            raise ValueError(f"must be an integer{' ' + bounds if bounds else ''}, got {text!r}")
-        return value
-
-    return _typed(convert, "integer")
+def integer_from_text(text: str) -> int | None:
+    """The integer `text` spells in ASCII digits (an optional sign, surrounding spaces allowed), else None."""
+    stripped = text.strip()
+    return int(stripped) if _INTEGER_TEXT.fullmatch(stripped) else None
 
 
-def float_type(
-    minimum: float | None = None, maximum: float | None = None, *, exclusive_minimum: bool = False
-) -> Callable[[str], float]:
-    """argparse type: a finite number within the bounds."""
-
-    def convert(text: str) -> float:
-        try:
-            value = float(text.strip())
-        except ValueError:
-            value = math.nan
-        if not _finite_within(value, minimum, maximum, exclusive_minimum):
-            bounds = _range_text(minimum, maximum, exclusive_minimum)
-            raise ValueError(f"must be a finite number{' ' + bounds if bounds else ''}, got {text!r}")
-        return value
-
-    return _typed(convert, "number")
-
-
-def bool_type() -> Callable[[str], bool]:
-    """argparse type: true / false (also yes / no, 1 / 0), nothing else."""
-
-    def convert(text: str) -> bool:
-        lowered = text.strip().lower()
-        if lowered not in ("1", "0", "true", "false", "yes", "no"):
-            raise ValueError(f"must be true or false, got {text!r}")
-        return lowered in ("1", "true", "yes")
-
-    return _typed(convert, "boolean")
-
-
-def device_type() -> Callable[[str], str]:
-    """argparse type: a torch device that exists here (`cpu`, `cuda`, `cuda:1`, `mps`)."""
-
-    def convert(text: str) -> str:
-        return check_device(text)
-
-    return _typed(convert, "device")
+def number_from_text(text: str) -> float:
+    """The number `text` spells in ASCII (`1.5`, `-2e3`, `inf`, `nan`), else NaN (which no range admits)."""
+    stripped = text.strip()
+    return float(stripped) if _NUMBER_TEXT.fullmatch(stripped) else math.nan
 
 
 def check_device(text: Any, name: str = "device") -> str:

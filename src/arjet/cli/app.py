@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import checks
+from . import types
 from .options import add_command, add_device_argument, add_threads_argument, apply_threads
 
 DESCRIPTION = """Serve the web demo: watch a sampler fill in the image, see which forward pass fixed each
@@ -23,9 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
     )
-    parser.add_argument(
-        "--port", type=checks.int_type(1, 65535), default=7860, help="TCP port (default 7860)"
-    )
+    parser.add_argument("--port", type=types.int_type(1, 65535), default=7860, help="TCP port (default 7860)")
     parser.add_argument(
         "--model",
         action="append",
@@ -38,13 +36,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_threads_argument(parser)
     parser.add_argument(
         "--max-queue",
-        type=checks.int_type(1, 10_000),
+        type=types.int_type(1, 10_000),
         default=16,
         help="requests waiting beyond this are refused (default 16)",
     )
     parser.add_argument(
         "--time-limit",
-        type=checks.float_type(0.0, exclusive_minimum=True),
+        type=types.float_type(0.0, exclusive_minimum=True),
         default=60.0,
         help="seconds of decoding per request; a longer one is stopped so the next can run (default 60)",
     )

@@ -6,6 +6,7 @@ import argparse
 import warnings
 
 from .. import checks
+from . import types
 from .options import (
     add_command,
     add_compile_argument,
@@ -65,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="prompt set name or file (default: the built-in model's held-out set)",
     )
     parser.add_argument(
-        "--n", type=checks.int_type(1), default=8, metavar="N", help="number of prompts (default 8)"
+        "--n", type=types.int_type(1), default=8, metavar="N", help="number of prompts (default 8)"
     )
     add_seed_argument(parser)
     parser.add_argument(

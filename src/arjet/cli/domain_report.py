@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import checks
+from . import types
 from .options import (
     add_command,
     add_json_argument,
@@ -33,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument(
         "--n",
-        type=checks.int_type(2),
+        type=types.int_type(2),
         default=500,
         metavar="N",
         help="held-out prompts, 2 to 500 (default 500; the FID floor uses 2N references)",

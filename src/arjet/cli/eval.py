@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import checks
 from ..limits import DEFAULT_LIMITS
+from . import types
 from .options import (
     add_command,
     add_model_arguments,
@@ -65,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--n",
-        type=checks.int_type(1),
+        type=types.int_type(1),
         default=None,
         metavar="N",
         help=f"first N prompts of the set (default {DEFAULT_N}, or all of a smaller set)",
@@ -90,7 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--batch-size",
         metavar="N",
-        type=checks.int_type(1, DEFAULT_LIMITS.max_images_per_call),
+        type=types.int_type(1, DEFAULT_LIMITS.max_images_per_call),
         default=1,
         help="images per pipeline call (default 1)",
     )
@@ -124,14 +125,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--metric-batch-size",
         metavar="N",
-        type=checks.int_type(1, 4096),
+        type=types.int_type(1, 4096),
         default=32,
         help="images per feature/CLIP batch (default 32)",
     )
     parser.add_argument(
         "--grid-prompts",
         metavar="N",
-        type=checks.int_type(1, 64),
+        type=types.int_type(1, 64),
         default=4,
         help="prompts (rows) in the image grid plot (default 4)",
     )

@@ -6,6 +6,7 @@ import argparse
 
 from .. import checks
 from ..limits import DEFAULT_LIMITS
+from . import types
 from .options import (
     add_command,
     add_compile_argument,
@@ -43,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_seed_argument(parser)
     parser.add_argument(
         "--num-images",
-        type=checks.int_type(1, DEFAULT_LIMITS.max_images_per_call),
+        type=types.int_type(1, DEFAULT_LIMITS.max_images_per_call),
         default=1,
         metavar="N",
         help=f"images for the prompt, saved as one grid (default 1, at most {DEFAULT_LIMITS.max_images_per_call})",

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import checks
 from ..pipelines.loading import DTYPES
+from . import types
 
 MAX_SIDE = 16_384  # pixels; far above any supported model's size (each family checks its own sizes)
 SEED_HELP = "seed of the first image; image i uses seed + i (default 0)"
@@ -50,7 +51,7 @@ def add_command(
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
-        type=checks.device_type(),
+        type=types.device_type(),
         default=None,
         help="torch device: cpu, cuda or cuda:N (default: cuda if available, else cpu)",
     )
@@ -78,7 +79,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
-        type=checks.int_type(1, 1024),
+        type=types.int_type(1, 1024),
         default=None,
         metavar="N",
         help="CPU threads torch may use (default: torch's choice, one per core; on a shared machine fewer "
@@ -117,28 +118,28 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     """The numbers that shape the target distribution (`arjet.samplers.SamplingOptions`)."""
     parser.add_argument(
         "--guidance-scale",
-        type=checks.float_type(0.0),
+        type=types.float_type(0.0),
         default=None,
         metavar="S",
         help="classifier-free guidance scale; 1 disables CFG (default: the model's, 3 for the built-in ones)",
     )
     parser.add_argument(
         "--temperature",
-        type=checks.float_type(0.0),
+        type=types.float_type(0.0),
         default=1.0,
         metavar="T",
         help="sampling temperature; 0 = greedy (default 1)",
     )
     parser.add_argument(
         "--top-k",
-        type=checks.int_type(1),
+        type=types.int_type(1),
         default=None,
         metavar="K",
         help="sample among the K most likely codes only (default: the model family's, none for Janus)",
     )
     parser.add_argument(
         "--top-p",
-        type=checks.float_type(0.0, 1.0, exclusive_minimum=True),
+        type=types.float_type(0.0, 1.0, exclusive_minimum=True),
         default=None,
         metavar="P",
         help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off)",
@@ -150,7 +151,7 @@ def add_size_arguments(parser: argparse.ArgumentParser, minimum: int | None = 1)
     for name in ("height", "width"):
         parser.add_argument(
             f"--{name}",
-            type=checks.int_type(minimum, MAX_SIDE),
+            type=types.int_type(minimum, MAX_SIDE),
             default=None,
             metavar="PIXELS",
             help=f"image {name} in pixels (default: the model's)",
@@ -160,7 +161,7 @@ def add_size_arguments(parser: argparse.ArgumentParser, minimum: int | None = 1)
 def add_seed_argument(parser: argparse.ArgumentParser, limit_note: str = "") -> None:
     parser.add_argument(
         "--seed",
-        type=checks.int_type(0, checks.SEED_LIMIT - 1),
+        type=types.int_type(0, checks.SEED_LIMIT - 1),
         default=0,
         metavar="S",
         help=SEED_HELP + limit_note,

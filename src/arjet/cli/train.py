@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import checks
 from ..train.configs import STAGES
+from . import types
 from .options import add_command
 
 DESCRIPTION = """Train a part of the built-in model; every stage has a seed, a wall-clock budget and a
@@ -71,14 +71,14 @@ def _metavar(default: Any) -> str:
 def option_type(item: Field, default: Any):
     """The argparse `type=` of a config field: its kind and bounds (see `arjet.train.configs.option`)."""
     if item.name == "device":
-        return checks.device_type()
+        return types.device_type()
     if isinstance(default, bool):
-        return checks.bool_type()
+        return types.bool_type()
     bounds = item.metadata
     if isinstance(default, int):
-        return checks.int_type(bounds["minimum"], bounds["maximum"])
+        return types.int_type(bounds["minimum"], bounds["maximum"])
     if isinstance(default, float):
-        return checks.float_type(
+        return types.float_type(
             bounds["minimum"], bounds["maximum"], exclusive_minimum=bounds["exclusive_minimum"]
         )
     return type(default)

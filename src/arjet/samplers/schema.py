@@ -42,15 +42,11 @@ class Option:
                 raise ValueError(f"{label} must be true or false, got {text!r}")
             return text.lower() == "true"
         if self.kind is int:
-            try:
-                value: Any = int(text)
-            except ValueError:
-                raise ValueError(f"{label} must be an integer{self._bounds()}, got {text!r}") from None
+            value: Any = checks.integer_from_text(text)
+            if value is None:
+                raise ValueError(f"{label} must be an integer{self._bounds()}, got {text!r}")
         elif self.kind is float:
-            try:
-                value = float(text)
-            except ValueError:
-                value = math.nan
+            value = checks.number_from_text(text)
         else:
             value = text
         return self.check(value, text)
