@@ -10,8 +10,8 @@ import pytest
 
 from arjet.cli import main
 from arjet.cli.eval import parse_seeds
+from arjet.cli.options import parse_specs as parse_sampler_specs
 from arjet.eval.records import RecordLog, read_records
-from arjet.samplers import parse_specs as parse_sampler_specs
 from arjet.testing import tiny_pipeline
 
 from .conftest import colour_squares, fake_data_module, to_pil

@@ -298,12 +298,21 @@ def test_callback_returns_are_checked_not_applied(pipe):
 
 def test_tokenizer_without_codebook_gives_the_session_none(pipe, monkeypatch):
     from arjet.pipelines import base
+    from arjet.vq import ImageTokenizer
 
-    class NoCodebook:  # an image tokenizer that has everything but a codebook
+    class NoCodebook(ImageTokenizer):  # an image tokenizer that has everything but a codebook
         def __init__(self, inner):
-            self.downsample, self.vocab_size = inner.downsample, inner.vocab_size
-            self.encode, self.decode = inner.encode, inner.decode
+            self.inner = inner
             self.grid = getattr(inner, "grid", None)  # Janus's fixed grid
+
+        downsample = property(lambda self: self.inner.downsample)
+        vocab_size = property(lambda self: self.inner.vocab_size)
+
+        def encode(self, pixels):
+            return self.inner.encode(pixels)
+
+        def decode(self, codes):
+            return self.inner.decode(codes)
 
     seen = []
     session_class = base.DecodingSession

@@ -93,7 +93,7 @@ LIMITS = [
     (dict(prompt="red " * 2501), "prompt has 10004 characters, more than limits.max_prompt_chars=10000"),
     (dict(prompt="red " * 600), "is 6.. tokens .* the 3x3 image needs .* positions, but this model has 512"),
     (dict(sampler="sjd:window=300000"), "window must be an integer from 1 to 16384, got '300000'"),
-    (dict(sampler=arjet.samplers.SJD(window=300000)), "window=300000 is larger than the 9 cells"),
+    (dict(sampler=arjet.samplers.SJD(window=3000)), "window=3000 is larger than the 9 cells"),
     (
         dict(sampler="sjd:window=10000"),
         "window=10000 is larger than the 9 cells of this 3x3 grid; use window <= 16",

@@ -1,11 +1,38 @@
-"""SJD's draft initialisation schemes: each reads the neighbour it names, and falls back only when it is unknown."""
+"""SJD's draft initialisation schemes: each reads the neighbour it names, and falls back only when it is unknown.
+
+`initial_draft` below is the reference, one cell at a time; `fill_drafts` (what the samplers run) guesses a
+whole window's fresh slots at once and is tested equal to guessing them one after the other."""
 
 import pytest
 import torch
 
-from arjet.samplers.drafts import INIT_SCHEMES, check_scheme, initial_draft
+from arjet.samplers import SJD
+from arjet.samplers.drafts import INIT_SCHEMES, fill_drafts, random_codes
 
 WIDTH, VOCAB = 4, 10
+
+
+def initial_draft(scheme, cells, board, top1, width, vocab_size, u):
+    """A draft code `[B]` for each cell `[B]`: the scheme's neighbour, else its fallbacks, else random."""
+    random = random_codes(u, vocab_size)
+    if scheme == "random":
+        return random
+    horizontal = _neighbour(board, cells - 1, random)
+    if scheme == "repeat_horizontal":
+        return horizontal
+    if scheme == "sample_horizontal":
+        return _neighbour(top1, cells - 1, horizontal)
+    vertical = _neighbour(board, cells - width, horizontal)
+    if scheme == "repeat_vertical":
+        return vertical
+    return _neighbour(top1, cells - width, vertical)  # sample_vertical
+
+
+def _neighbour(values, source, fallback):
+    found = values.gather(1, source.clamp(min=0)[:, None]).squeeze(1)
+    return torch.where((source >= 0) & (found >= 0), found, fallback)
+
+
 # a 3x4 grid: row 0 decoded, row 1 half decoded (codes), and a different latest argmax per cell (top1)
 BOARD = torch.tensor([[1, 2, 3, 4, 5, 6, -1, -1, -1, -1, -1, -1]])
 TOP1 = torch.tensor([[7, 8, 9, 0, 1, 2, 3, -1, -1, -1, -1, -1]])
@@ -51,9 +78,9 @@ def test_random_drafts_cover_the_image_vocabulary_uniformly():
 
 
 def test_every_scheme_is_known_and_others_are_refused():
-    assert [check_scheme(s) for s in INIT_SCHEMES] == list(INIT_SCHEMES)
-    with pytest.raises(ValueError, match="unknown draft init scheme 'spiral'"):
-        check_scheme("spiral")
+    assert [SJD(init=scheme).init for scheme in INIT_SCHEMES] == list(INIT_SCHEMES)
+    with pytest.raises(ValueError, match="init must be one of random, repeat_horizontal.*; got 'spiral'"):
+        SJD(init="spiral")
 
 
 def _sequential(scheme, cells, board, top1, u):
@@ -72,8 +99,6 @@ def _sequential(scheme, cells, board, top1, u):
 def test_filling_a_lane_at_once_equals_guessing_slot_by_slot(scheme, first):
     """A lane of 7 slots from cell 5 on (a 4-wide grid, so slots see fresh slots above them as well as on
     their left), the first `first` slots kept: the vectorised fill gives the sequential guesses."""
-    from arjet.samplers.drafts import fill_drafts
-
     u = torch.rand(7, generator=torch.Generator().manual_seed(first), dtype=torch.float64)
     cells = torch.arange(5, 12)
     kept = torch.tensor([3, 1, 4, 1, 5, 9, 2])[:first]
@@ -83,7 +108,15 @@ def test_filling_a_lane_at_once_equals_guessing_slot_by_slot(scheme, first):
     drafts[0, 0, :first] = kept
     fresh = (torch.arange(7) >= first)[None, None]
     guesses, drawn = fill_drafts(
-        scheme, drafts, fresh, cells[None, None], board, TOP1, WIDTH, VOCAB, u[None, None]
+        scheme,
+        drafts,
+        fresh=fresh,
+        cells=cells[None, None],
+        board=board,
+        top1=TOP1,
+        width=WIDTH,
+        vocab_size=VOCAB,
+        u=u[None, None],
     )
     expected = kept.tolist() + _sequential(scheme, cells[first:], board, TOP1, u[first:])
     assert guesses[0, 0].tolist() == expected
@@ -93,8 +126,6 @@ def test_filling_a_lane_at_once_equals_guessing_slot_by_slot(scheme, first):
 
 
 def test_only_guesses_that_are_random_codes_are_declared_uniform():
-    from arjet.samplers.drafts import fill_drafts
-
     # row 0 unknown: the first fresh slot has nothing on its left, so repeat_horizontal draws it at random and
     # the slots after it repeat that code (point masses: their value follows from the one before)
     board = torch.full((1, 12), -1)
@@ -102,12 +133,12 @@ def test_only_guesses_that_are_random_codes_are_declared_uniform():
     guesses, drawn = fill_drafts(
         "repeat_horizontal",
         torch.zeros(1, 1, 4, dtype=torch.long),
-        torch.ones(1, 1, 4, dtype=torch.bool),
-        torch.arange(0, 4)[None, None],
-        board,
-        None,
-        WIDTH,
-        VOCAB,
-        u,
+        fresh=torch.ones(1, 1, 4, dtype=torch.bool),
+        cells=torch.arange(0, 4)[None, None],
+        board=board,
+        top1=None,
+        width=WIDTH,
+        vocab_size=VOCAB,
+        u=u,
     )
     assert guesses.tolist() == [[[5, 5, 5, 5]]] and drawn.tolist() == [[[True, False, False, False]]]

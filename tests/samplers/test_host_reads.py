@@ -7,25 +7,28 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import SJD, SJD2, ZipAR, base, get
+from arjet.samplers import SJD, SJD2, Sampler, ZipAR, decoding, get
 from arjet.testing import tiny_pipeline
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")
 
 
-class _Counted:
+class _Counted(Sampler):
     """A sampler that counts host reads of tensors while the wrapped sampler runs."""
 
     def __init__(self, sampler):
         self.sampler = sampler
-        self.name = sampler.name
         self.counting = False
         self.reads = 0
 
-    def run(self, *args):
+    @property
+    def name(self):
+        return self.sampler.name
+
+    def run(self, decode):
         self.counting = True
         try:
-            self.sampler.run(*args)
+            self.sampler.run(decode)
         finally:
             self.counting = False
 
@@ -89,8 +92,8 @@ def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, samp
         spy = counted(sampler)
         out = _decode(pipe, spy, grid)
         steps = max(s.forward_passes for s in out.stats) - 1  # forwards after the prefill
-        assert steps > 2 * base.CHECK_EVERY
-        extra.append(spy.reads - math.ceil(steps / base.CHECK_EVERY))
+        assert steps > 2 * decoding.CHECK_EVERY
+        extra.append(spy.reads - math.ceil(steps / decoding.CHECK_EVERY))
     assert 0 <= extra[0] == extra[1] <= 8
 
 
@@ -100,14 +103,15 @@ def test_sjd2_reads_the_device_once_every_few_steps(counted):
     spy = counted(SJD2(window=4))
     out = _decode(pipe, spy, grid)
     steps = max(s.forward_passes for s in out.stats) - 1
-    assert spy.reads <= math.ceil(steps / base.CHECK_EVERY) + 2
+    assert spy.reads <= math.ceil(steps / decoding.CHECK_EVERY) + 2
 
 
 def test_the_counter_sees_a_host_read(counted):
     """The instrument itself: a sampler that reads the device every step is caught."""
 
     class Chatty(SJD):
-        def run(self, session, policy, rng, trace):
+        def run(self, decode):
+            trace = decode.trace
             original = trace.commit
 
             def commit(*args, **kwargs):
@@ -115,7 +119,7 @@ def test_the_counter_sees_a_host_read(counted):
                 bool(trace.done.all())
 
             trace.commit = commit
-            super().run(session, policy, rng, trace)
+            super().run(decode)
 
     grid = (4, 4)
     spy = counted(Chatty(window=3))
@@ -124,7 +128,7 @@ def test_the_counter_sees_a_host_read(counted):
 
 
 def test_zipar_lane_slots_follow_the_schedule():
-    from arjet.samplers.windows import lane_slots
+    from arjet.samplers.zipar import lane_slots
 
     assert lane_slots(48, 48, 16) == 4 and lane_slots(48, 48, 48) == 1 and lane_slots(3, 48, 1) == 3
     assert ZipAR(w=2).lags((3, 4)) == [1, 1] and ZipAR(w=3, schedule="llamagen").lags((4, 4)) == [4, 3, 3]

@@ -15,13 +15,14 @@ from arjet.samplers import (
     INIT_SCHEMES,
     SJD,
     SJDPAC,
+    AcceptanceRule,
     Lantern,
     LogitsPolicy,
     ZipAR,
-    jacobi,
     sjd_pac,
     speculative,
 )
+from arjet.samplers import drafts as drafts_module
 from arjet.samplers.sjd_pac import tree_nodes
 from arjet.testing import tiny_pipeline
 
@@ -136,7 +137,7 @@ def test_lantern_with_delta_zero_is_sjd(family):
     )
 
 
-class _TwiceTemperature:
+class _TwiceTemperature(AcceptanceRule):
     """A subtly wrong rule: verifies against p sharpened once more (temperature applied twice)."""
 
     name = "wrong"
@@ -154,12 +155,18 @@ def _before_top_k(q):
     return torch.where(removed.any(-1, keepdim=True), 0.7 * q + 0.3 * spread, q)
 
 
-WRONG_MATHS = {  # attribute of arjet.samplers.jacobi (the shared window step) -> a subtly wrong replacement
+_verify = speculative.verify
+
+
+def _verify_with_q_before_top_k(target_p, drafts, **kwargs):
+    """Verification (acceptance test and residual) against proposals taken before top-k."""
+    wrong = drafts_module.Drafts(drafts.codes, _before_top_k(drafts.proposals))
+    return _verify(target_p, wrong, **kwargs)
+
+
+WRONG_MATHS = {  # attribute of arjet.samplers.speculative (the shared window step) -> a subtly wrong one
     "residual-replaced-by-p": {"residual": lambda target, q: target},
-    "q-taken-before-top-k": {
-        "accept_prefix": lambda t, q, *rest: speculative.accept_prefix(t, _before_top_k(q), *rest),
-        "residual": lambda t, q: speculative.residual(t, _before_top_k(q)),
-    },
+    "q-taken-before-top-k": {"verify": _verify_with_q_before_top_k},
 }
 
 
@@ -183,7 +190,7 @@ def test_negative_control_wrong_speculative_maths_is_rejected(grid_family, wrong
     is caught where it is large, in `test_speculative.py`."""
     pipe, exact = _setup(grid_family)
     for name, replacement in WRONG_MATHS[wrong].items():
-        monkeypatch.setattr(jacobi, name, replacement)
+        monkeypatch.setattr(speculative, name, replacement)
     assert goodness_of_fit(_draw(pipe, SJD(window=3), samples=2 * SAMPLES), exact) < REJECT_BELOW
 
 
@@ -218,19 +225,22 @@ def test_sjd_pac_is_lossless_with_top_p(family):
     assert goodness_of_fit(_draw(pipe, sampler, policy=policy), exact) > ALPHA
 
 
-class _ContinuationCommits(sjd_pac.TreeDecoder):
+class _ContinuationCommits(sjd_pac.TreeStepper):
     """A subtly wrong continuation rule (what the paper's wording suggests): after a rejection on the main
     line, also commit the following main drafts whose coupling test passes against this forward's `p`, a
     target conditioned on the rejected draft, not on the committed resample (at most `tree.depth` of them:
     what the next window's re-fed inputs hold, so that the cache stays right and only the rule is wrong)."""
 
-    def conclude(self, p, path, valid, verdict, u, length):
-        out = super().conclude(p, path, valid, verdict, u, length)
+    def conclude(self, p, path, valid, verdict, uniforms, length):
+        out = super().conclude(p, path, valid, verdict, uniforms, length)
         slots, accepted = self.slots, verdict.accepted[:, None]
+        proposals, drafts = self.drafts.proposals, self.drafts.codes
         position = torch.arange(slots)
-        kept = speculative.passes(p[:, :slots], self.proposals, path, u[:, 2, :slots]) & valid[:, :slots]
+        kept = (
+            speculative.passes(p[:, :slots], proposals, path, uniforms.couple[:, :slots]) & valid[:, :slots]
+        )
         run = (kept | (position <= accepted)).long().cumprod(1).sum(1) - (verdict.accepted + 1)
-        main_line = ((path == self.drafts) | (position >= accepted)).all(1)
+        main_line = ((path == drafts) | (position >= accepted)).all(1)
         more = torch.where(verdict.rejected & main_line, run.clamp(0, self.tree.depth), 0)
         window = torch.arange(p.shape[1])
         out.committed |= (window > accepted) & (window <= accepted + more[:, None])
@@ -238,9 +248,9 @@ class _ContinuationCommits(sjd_pac.TreeDecoder):
         source = position + more[:, None]
         out.carried = out.carried.gather(1, source.clamp(max=slots - 1)) & (source < slots)
         source = source.clamp(max=slots - 1)
-        out.next_drafts = torch.where(out.carried, out.next_drafts.gather(1, source), self.drafts)
-        shifted = out.next_proposals.gather(1, source[..., None].expand_as(self.proposals))
-        out.next_proposals = torch.where(out.carried[..., None], shifted, self.proposals)
+        out.next_drafts = torch.where(out.carried, out.next_drafts.gather(1, source), drafts)
+        shifted = out.next_proposals.gather(1, source[..., None].expand_as(proposals))
+        out.next_proposals = torch.where(out.carried[..., None], shifted, proposals)
         return out
 
 
@@ -250,7 +260,8 @@ def _longest_path_walk(generator):
     passes is kept, the first such path on ties. Resampling and the bonus stay textbook, so that only the
     selection is wrong."""
 
-    def walk(t, drafts, siblings, proposals, valid, u, tree):
+    def walk(t, drafts, *, siblings, valid, u, tree):
+        proposals, drafts = drafts.proposals, drafts.codes
         batch, depth, width = t.shape[0], tree.depth, tree.width
         u_node = torch.rand(batch, tree.children.shape[0], generator=generator, dtype=torch.float64)
         passed, after, parents = {}, {}, [0]
@@ -337,7 +348,7 @@ def test_negative_control_sjd_pac_continuation_commits_is_rejected(grid_family, 
     support of their true conditional (joint TV to exact 0.20 / 0.18 against 0.16 / 0.14 for sjd-pac
     itself, which is sampling noise over 4096 outcomes). Janus's 2x2 grid leaves too little chain after a
     rejection for it to show."""
-    monkeypatch.setattr(sjd_pac, "TreeDecoder", _ContinuationCommits)
+    monkeypatch.setattr(sjd_pac, "TreeStepper", _ContinuationCommits)
     pipe, exact = _setup(grid_family)
     sampler = SJDPAC(window=9, tree_width=2, tree_depth=3)
     assert goodness_of_fit(_draw(pipe, sampler), exact) < REJECT_BELOW
@@ -347,7 +358,7 @@ def test_negative_control_sjd_pac_continuation_commits_shifts_the_distribution(m
     """Without top-k the rule commits only possible codes, with the wrong probabilities. Measured when written
     (8000 draws): joint TV 0.040 against 0.021 for sjd-pac, p ~ 7e-11 (on the 2x3 grid it hides in the noise
     of 4096 outcomes: p ~ 0.07)."""
-    monkeypatch.setattr(sjd_pac, "TreeDecoder", _ContinuationCommits)
+    monkeypatch.setattr(sjd_pac, "TreeStepper", _ContinuationCommits)
     pipe, exact = _one_tree_setup(NO_TOP_K)
     codes = _draw(pipe, ONE_TREE["K2-D2"], samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW

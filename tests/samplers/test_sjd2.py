@@ -76,7 +76,7 @@ def test_sjd2_refuses_a_model_without_the_fine_tune():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(window=1), "at least 2"),
+        (dict(window=1), "window must be an integer from 2 to 16384, got 1"),
         (dict(levels=0), "levels must be"),
         (dict(coupling="yes"), "coupling must be"),
     ],

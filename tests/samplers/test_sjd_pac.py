@@ -26,11 +26,11 @@ DRAWS = 200_000
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(window=0), "window must be an integer >= 1"),
-        (dict(tree_width=0), "tree_width must be an integer >= 1"),
-        (dict(tree_depth=1.5), "tree_depth must be an integer >= 1"),
+        (dict(window=0), "window must be an integer from 1 to 16384"),
+        (dict(tree_width=0), "tree_width must be an integer from 1 to 64"),
+        (dict(tree_depth=1.5), "tree_depth must be an integer from 1 to 16"),
         (dict(coupling="yes"), "coupling"),
-        (dict(init="diagonal"), "unknown draft init scheme 'diagonal'"),
+        (dict(init="diagonal"), "init must be one of random, .*; got 'diagonal'"),
         (
             dict(window=12),
             r"tree_width=3, tree_depth=3 make a tree of 13 nodes, more than window=12; use window >= 13",

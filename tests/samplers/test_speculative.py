@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from arjet.samplers import sample
-from arjet.samplers.speculative import accept_prefix, couple, passes, residual
+from arjet.samplers.drafts import Drafts
+from arjet.samplers.speculative import Exact, RuleContext, couple, passes, residual, verify
 
 from stats import chisquare_p_value
 
@@ -53,14 +54,18 @@ def test_residual_of_identical_distributions_falls_back_to_the_target():
     torch.testing.assert_close(residual(TARGET, TARGET.clone()), TARGET)
 
 
-def test_accept_prefix_stops_at_the_first_failed_or_unusable_slot():
+def test_verification_stops_at_the_first_failed_or_unusable_slot():
     target = torch.tensor([[[0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]])
-    q = torch.tensor([[[1.0, 0.0]] * 4])
-    drafts = torch.zeros(1, 4, dtype=torch.long)
+    drafts = Drafts(torch.zeros(1, 4, dtype=torch.long), torch.tensor([[[1.0, 0.0]] * 4]))
     usable = torch.tensor([[True, True, True, False]])
-    assert accept_prefix(target, q, drafts, torch.tensor([[0.1, 0.2, 0.9, 0.0]]), usable).item() == 2
-    assert accept_prefix(target, q, drafts, torch.tensor([[0.1, 0.2, 0.3, 0.0]]), usable).item() == 3
-    assert accept_prefix(target, q, drafts, torch.tensor([[0.7, 0.2, 0.3, 0.0]]), usable).item() == 0
+
+    def accepted(u):
+        verdict = verify(target, drafts, usable=usable, rule=Exact(), context=RuleContext(), u_accept=u)
+        return verdict.accepted.item(), verdict.rejected.item()
+
+    assert accepted(torch.tensor([[0.1, 0.2, 0.9, 0.0]])) == (2, True)
+    assert accepted(torch.tensor([[0.1, 0.2, 0.3, 0.0]])) == (3, False)  # stopped by the unusable slot
+    assert accepted(torch.tensor([[0.7, 0.2, 0.3, 0.0]])) == (0, True)
 
 
 def test_simulated_speculative_step_matches_the_target():

@@ -159,5 +159,21 @@ def test_verified_zipar_rows_advance_by_windows(family):
 
 @pytest.mark.parametrize("bad", [0, 1, -1, 2.5, True])
 def test_bad_window_size_is_rejected(bad):
-    with pytest.raises(ValueError, match="w must be an integer >= 2"):
+    with pytest.raises(ValueError, match="w must be an integer from 2 to 16384"):
         ZipAR(w=bad)
+
+
+@pytest.mark.parametrize(("schedule", "raster_from"), [("lumina", 1), ("llamagen", 0)])
+def test_raster_order_starts_at_the_lag_of_a_full_row(schedule, raster_from):
+    """The lumina schedule starts a row after `w - 1` codes of the row above, so raster order (one code per
+    forward, as `ar`) needs `w >= W + 1`; llamagen's lag is `w`, so `w >= W`."""
+    grid = (3, 4)
+    pipe = tiny_pipeline("emu3", grid=grid, vocab_size=8)
+    cells = grid[0] * grid[1]
+
+    def passes(w):
+        out = pipe("a red circle", sampler=ZipAR(w=w, schedule=schedule), seed=0, output_type="latent")
+        return out.stats[0].forward_passes
+
+    assert passes(grid[1] + raster_from) == cells == passes(grid[1] + raster_from + 5)
+    assert passes(grid[1] + raster_from - 1) < cells

@@ -19,6 +19,7 @@ from .options import (
     json_output,
     json_text,
     load_pipeline,
+    parse_specs,
     sampling_options,
 )
 
@@ -85,7 +86,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import samplers
     from ..eval.bench import run_bench
     from ..eval.prompts import load_prompts
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{name} must be a positive number of pixels, got {value}")
-    specs = samplers.parse_specs(args.samplers)  # checks every spec
+    specs = parse_specs(args.samplers)  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
     sampling = sampling_options(args)
     compile = compile_argument(args)

@@ -31,6 +31,7 @@ from .options import (
     apply_threads,
     check_model_arguments,
     note,
+    parse_specs,
     sampling_options,
 )
 
@@ -196,7 +197,6 @@ def _optional(spec: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import samplers
     from ..builtin import DEFAULT_MODEL, available_models
     from ..eval.prompts import PROMPT_SETS, load_prompts
     from ..eval.reference import reference_source
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.settings import EvalSettings
 
     # 1. everything the user typed, checked before anything is loaded or written
-    specs = samplers.parse_specs(args.samplers, args.sampler)  # checks every spec
+    specs = parse_specs(args.samplers, args.sampler)  # checks every spec
     seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
     seeds = parse_seeds(seed_text, option=seed_option)
     sampling = sampling_options(args)

@@ -203,6 +203,30 @@ def check_model_arguments(args: argparse.Namespace) -> str:
     return str(resolve_checkpoint(resolve_model(args.model)))
 
 
+def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
+    """Sampler specs from a command-line list, deduplicated: `'ar;sjd:window=8,init=random;zipar'`, or with
+    commas only, where a `key=value` piece belongs to the spec before it (`'ar,sjd:window=8,init=random,zipar'`);
+    `extra` specs (a repeatable option) are appended. Each spec is checked (`arjet.samplers.get`), so a bad one
+    fails here, before any model work."""
+    from .. import samplers
+
+    if ";" in text:
+        specs = [piece.strip() for piece in text.split(";")]
+    else:
+        specs = []
+        for piece in (p.strip() for p in text.split(",")):
+            if specs and "=" in piece and ":" not in piece:
+                specs[-1] += "," + piece
+            else:
+                specs.append(piece)
+    specs = list(dict.fromkeys([s for s in specs if s] + [s.strip() for s in extra or [] if s.strip()]))
+    if not specs:
+        raise ValueError(f"the sampler list names no sampler: {text!r}")
+    for spec in specs:
+        samplers.get(spec)
+    return specs
+
+
 def sampling_options(args: argparse.Namespace):
     """The command line's `SamplingOptions`, checked once (e.g. a temperature so small that the logits
     overflow is refused here, before any model is loaded)."""

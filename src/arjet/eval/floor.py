@@ -48,11 +48,10 @@ def measure_copy_bandwidth(device: torch.device | str, nbytes: int | None = None
 def forward_weight_bytes(pipe) -> int | None:
     """Bytes of the weights one decoding forward reads, from the family's session adapter
     (`forward_weights()`: decoder layers, final norm, code head); None when the adapter does not say."""
-    adapter = pipe.session_adapter()
-    weights = getattr(adapter, "forward_weights", None)
+    weights = pipe.session_adapter().forward_weights()
     if weights is None:
         return None
-    return sum(t.numel() * t.element_size() for t in weights())
+    return sum(t.numel() * t.element_size() for t in weights)
 
 
 def kv_bytes_per_token(pipe) -> int | None:

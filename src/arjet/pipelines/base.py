@@ -1,14 +1,14 @@
-"""What every arjet pipeline shares: the numbered steps of `__call__`, input checks, output, callbacks.
+"""What every arjet pipeline shares: loading, the family hooks, and the numbered steps of `__call__`.
 
 A model family subclasses `BaseARPipeline` and fills in five hooks: the grid for a requested size,
 the prompt layout (`encode_prompts`), the session adapter, the image layout and the image tokenizer.
-Everything a sampler does happens behind the decoding session (`arjet.session`).
+Everything a sampler does happens behind the decoding session (`arjet.session`); the call's arguments
+are declared and checked in `inputs.py`, the per-step plumbing is `callbacks.py`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,23 +23,34 @@ from .. import checks
 from .. import samplers as sampler_registry
 from ..limits import DEFAULT_LIMITS, Limits
 from ..samplers import (
+    Decode,
     DecodeStats,
     DecodeTrace,
     ImageRandom,
     Interrupted,
-    LogitsPolicy,
     Sampler,
     SamplingOptions,
     requirements,
 )
 from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
+from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
+from .callbacks import StepHook
+from .inputs import (
+    OUTPUT_TYPES,
+    CheckedInputs,
+    GenerationInputs,
+    call_signature,
+    callback_tensor_inputs,
+    image_generators,
+    prompt_list,
+    text_tokens,
+)
 from .loading import checkpoint_kind, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
-OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 # what a pipeline may offer a sampler beyond the session's contract (a sampler declares what it needs in
 # `requires`); each says what the capability is, for the message when a model lacks it
 CAPABILITIES = {
@@ -59,23 +70,6 @@ class ARPipelineOutput(BaseOutput):
     stats: list[DecodeStats]
 
 
-@dataclass
-class CheckedInputs:
-    """The arguments of a pipeline call once `check_inputs` has validated them and filled in the defaults."""
-
-    prompts: list[str]
-    negative_prompts: list[str] | None  # one per prompt, or None for the family's unconditional branch
-    sampler: Sampler
-    sampler_label: str  # the spec as given (`sjd:window=32`) or the object's name: what the stats say
-    grid: tuple[int, int]
-    guidance_scale: float
-    policy: LogitsPolicy
-    generators: torch.Generator | list[torch.Generator] | None
-    batch_size: int  # prompts x num_images_per_prompt
-    tensor_inputs: list[str]
-    compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
-
-
 class BaseARPipeline(DiffusionPipeline):
     """Text-to-image with an autoregressive model, decoded by any registered sampler."""
 
@@ -86,6 +80,9 @@ class BaseARPipeline(DiffusionPipeline):
     supports_negative_prompt: ClassVar[bool] = False
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
+    noise_conditioning: NoiseConditioning | None = None  # the optional component (SJD2's fine-tune)
+    _interrupt: bool = False  # a step callback sets it to stop the decode
+    _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
     # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
     limits: Limits = DEFAULT_LIMITS
 
@@ -191,35 +188,11 @@ class BaseARPipeline(DiffusionPipeline):
     # -- the call -----------------------------------------------------------------------------------
     @torch.no_grad()
     def __call__(
-        self,
-        prompt: str | list[str],
-        negative_prompt: str | list[str] | None = None,
-        *,
-        sampler: str | Sampler = "ar",
-        height: int | None = None,
-        width: int | None = None,
-        aspect_ratio: str | None = None,
-        guidance_scale: float | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        num_images_per_prompt: int = 1,
-        generator: torch.Generator | list[torch.Generator] | None = None,
-        seed: int | list[int] | None = None,
-        output_type: str = "pil",
-        return_dict: bool = True,
-        callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None,
-        callback_on_step_end_tensor_inputs: list[str] | None = None,
-        compile: bool | str = False,
-    ) -> ARPipelineOutput | tuple:
-        """Generate images for `prompt` with `sampler` (a registered name or a sampler object).
-
-        `height` / `width` in pixels (None: the pipeline's default size); families that size images by
-        shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
-        the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` (None = the family's
-        default) and `top_p` form the target distribution every sampler must respect. `seed=s` gives
-        image `i` the generator `s + i` (or pass one seed / one `generator` per image); any image then
-        decodes the same whatever else shares its batch.
+        self, prompt: str | list[str], negative_prompt: str | list[str] | None = None, **options: Any
+    ):
+        """Generate images for `prompt` with `sampler` (a registered name or a sampler object); every argument
+        is described in `arjet.pipelines.inputs.GenerationInputs`. Returns an `ARPipelineOutput` (or, with
+        `return_dict=False`, the tuple `(images, codes, stats)`).
 
         `compile`: how each fixed-shape decode step runs. False (default): eagerly. "cuda-graphs" (CUDA only):
         each step is captured once per attention span and replayed. "inductor": the decoder forward runs
@@ -235,35 +208,16 @@ class BaseARPipeline(DiffusionPipeline):
         unchanged (or None), and a returned tensor that differs from the decoded state raises ValueError.
         """
         # 1. check inputs: everything is validated before any encoding or model work
-        call = self.check_inputs(
-            prompt,
-            negative_prompt,
-            sampler=sampler,
-            height=height,
-            width=width,
-            aspect_ratio=aspect_ratio,
-            guidance_scale=guidance_scale,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            num_images_per_prompt=num_images_per_prompt,
-            generator=generator,
-            seed=seed,
-            output_type=output_type,
-            callback_on_step_end=callback_on_step_end,
-            callback_on_step_end_tensor_inputs=callback_on_step_end_tensor_inputs,
-            return_dict=return_dict,
-            compile=compile,
-        )
+        call = self.check_inputs(prompt, negative_prompt, **options)
         batch, grid = call.batch_size, call.grid
 
         # 2. prompts -> prefix token ids ([cond; uncond] when guided)
         warn_unknown_words(self.tokenizer, call.prompts)
         guided = call.guidance_scale != 1
-        prompts = [p for p in call.prompts for _ in range(num_images_per_prompt)]
+        prompts = [p for p in call.prompts for _ in range(call.num_images_per_prompt)]
         negatives = call.negative_prompts
         if negatives is not None:
-            negatives = [p for p in negatives for _ in range(num_images_per_prompt)]
+            negatives = [p for p in negatives for _ in range(call.num_images_per_prompt)]
         prefix = self.encode_prompts(prompts, negatives, grid, guided)
         rng = ImageRandom(call.generators, batch, self._execution_device)
 
@@ -274,17 +228,17 @@ class BaseARPipeline(DiffusionPipeline):
             self.image_layout(grid),
             prefix,
             call.guidance_scale if guided else None,
-            codebook=_codebook(self.image_tokenizer),
-            noise=getattr(self, "noise_conditioning", None),
+            codebook=self.image_tokenizer.codebook(),
+            noise=self.noise_conditioning,
             decoder=self._compiled_decoder() if call.compile == "inductor" else None,
         )
         progress = self.progress_bar(total=batch * session.num_cells)
-        hook = _StepHook(self, progress, callback_on_step_end, call.tensor_inputs)
+        hook = StepHook(self, lambda: self.interrupt, progress, call.callback, call.tensor_inputs)
         runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None
         trace = DecodeTrace(session, hook, hook.progress_to, runner)
         self._interrupt = False
         try:
-            call.sampler.run(session, call.policy, rng, trace)
+            call.sampler.run(Decode(session, call.policy, rng, trace))
         except Interrupted:
             pass
         finally:
@@ -292,7 +246,8 @@ class BaseARPipeline(DiffusionPipeline):
         codes = trace.codes.view(batch, *grid)
 
         # 4. codes -> images
-        images = codes if output_type == "latent" else self.decode_codes(codes, output_type)
+        latent = call.output_type == "latent"
+        images = codes if latent else self.decode_codes(codes, call.output_type)
         seconds = time.perf_counter() - start
         stats = trace.stats(call.sampler_label)
         for item in stats:
@@ -301,64 +256,47 @@ class BaseARPipeline(DiffusionPipeline):
         self.maybe_free_model_hooks()
 
         # 5. output
-        if not return_dict:
+        if not call.return_dict:
             return images, codes, stats
         return ARPipelineOutput(images=images, codes=codes, stats=stats)
 
+    __call__.__signature__ = call_signature()  # help(pipe) lists every argument `GenerationInputs` declares
+
     def _compiled_decoder(self) -> CompiledDecoder:
         """The decoder stack under `torch.compile`, built once per pipeline (compiling is the slow part)."""
-        compiled = getattr(self, "_compiled", None)
-        if compiled is None:
-            compiled = self._compiled = CompiledDecoder(default_decoder(self.session_adapter()))
-        return compiled
+        if self._compiled is None:
+            self._compiled = CompiledDecoder(default_decoder(self.session_adapter()))
+        return self._compiled
 
     @property
     def interrupt(self) -> bool:
-        return getattr(self, "_interrupt", False)
+        return self._interrupt
 
     def check_inputs(
-        self,
-        prompt: Any,
-        negative_prompt: Any = None,
-        *,
-        sampler: Any = "ar",
-        height: Any = None,
-        width: Any = None,
-        aspect_ratio: Any = None,
-        guidance_scale: Any = None,
-        temperature: Any = 1.0,
-        top_k: Any = None,
-        top_p: Any = None,
-        num_images_per_prompt: Any = 1,
-        generator: Any = None,
-        seed: Any = None,
-        output_type: Any = "pil",
-        callback_on_step_end: Any = None,
-        callback_on_step_end_tensor_inputs: Any = None,
-        return_dict: Any = True,
-        compile: Any = False,
+        self, prompt: str | list[str], negative_prompt: str | list[str] | None = None, **options: Any
     ) -> CheckedInputs:
-        """Validate every argument of `__call__` and resolve the defaults, before any model work (prompts are
-        tokenized only to count their tokens against the model's positions, after every other check).
-        Each bad value raises a `ValueError` that names it and says what is allowed; `self.limits` bounds
-        the work (images per call, prompt length, sampler window)."""
+        """Validate every argument of `__call__` (the same arguments) and resolve the defaults, before any model
+        work (prompts are tokenized only to count their tokens, after every other check). Each bad value raises
+        a `ValueError` that names it and says what is allowed; `self.limits` bounds the work (images per call,
+        prompt length, sampler window)."""
+        inputs = GenerationInputs.from_call(prompt, negative_prompt, options)
         limits = self.limits
-        prompts = _as_prompt_list("prompt", prompt, limits.max_prompt_chars)
+        prompts = prompt_list("prompt", inputs.prompt, limits.max_prompt_chars)
         negatives = None
-        if negative_prompt is not None:
+        if inputs.negative_prompt is not None:
             if not self.supports_negative_prompt:
                 raise ValueError(
                     f"{type(self).__name__} does not take a negative_prompt (its unconditional branch is fixed); "
                     "pass negative_prompt=None"
                 )
-            negatives = _as_prompt_list("negative_prompt", negative_prompt, limits.max_prompt_chars, True)
+            negatives = prompt_list("negative_prompt", inputs.negative_prompt, limits.max_prompt_chars, True)
             if len(negatives) == 1 and len(prompts) > 1:
                 negatives = negatives * len(prompts)
             if len(negatives) != len(prompts):
                 raise ValueError(
                     f"got {len(negatives)} negative prompts for {len(prompts)} prompts; pass one, or one per prompt"
                 )
-        per_prompt = checks.integer("num_images_per_prompt", num_images_per_prompt, 1)
+        per_prompt = checks.integer("num_images_per_prompt", inputs.num_images_per_prompt, 1)
         batch = len(prompts) * per_prompt
         if batch > limits.max_images_per_call:
             raise ValueError(
@@ -366,27 +304,29 @@ class BaseARPipeline(DiffusionPipeline):
                 f"limits.max_images_per_call={limits.max_images_per_call}; split the call, or raise the limit "
                 "with pipe.limits = arjet.Limits(max_images_per_call=...)"
             )
-        label = sampler_registry.label(sampler)
-        sampler = sampler_registry.get(sampler)
+        sampler = sampler_registry.get(inputs.sampler)
+        label = sampler_registry.label(inputs.sampler)
         sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
-            self._default_guidance_scale() if guidance_scale is None else guidance_scale,
-            temperature,
-            self.default_top_k if top_k is None else top_k,
-            top_p,
+            self.checkpoint_guidance_scale() if inputs.guidance_scale is None else inputs.guidance_scale,
+            inputs.temperature,
+            self.default_top_k if inputs.top_k is None else inputs.top_k,
+            inputs.top_p,
         )
-        grid = self.grid_for(*self._size(height, width, aspect_ratio))
-        if callable(getattr(sampler, "check_grid", None)):
-            sampler.check_grid(grid, limits.max_window)
+        grid = self.grid_for(*self.image_size(inputs.height, inputs.width, inputs.aspect_ratio))
+        sampler.check_grid(grid, limits.max_window, vocab_size=self.session_adapter().code_vocab_size)
         self.check_requirements(sampler, label)
-        if output_type not in OUTPUT_TYPES:
-            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}")
-        checks.boolean("return_dict", return_dict)
-        mode = compile_mode(compile, self._execution_device)
-        if callback_on_step_end is not None and not callable(callback_on_step_end):
-            raise ValueError(f"callback_on_step_end must be callable, got {callback_on_step_end!r}")
-        tensor_inputs = _tensor_inputs(callback_on_step_end_tensor_inputs, self._callback_tensor_inputs)
-        check_random_inputs(generator, seed, batch)
-        self._check_prompt_lengths(prompts, negatives, grid)
+        if inputs.output_type not in OUTPUT_TYPES:
+            raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {inputs.output_type!r}")
+        checks.boolean("return_dict", inputs.return_dict)
+        mode = compile_mode(inputs.compile, self._execution_device)
+        callback = inputs.callback_on_step_end
+        if callback is not None and not callable(callback):
+            raise ValueError(f"callback_on_step_end must be callable, got {callback!r}")
+        tensor_inputs = callback_tensor_inputs(
+            inputs.callback_on_step_end_tensor_inputs, self._callback_tensor_inputs
+        )
+        generators = image_generators(inputs.generator, inputs.seed, batch)
+        self.check_prompt_lengths(prompts, negatives, grid)
         return CheckedInputs(
             prompts=prompts,
             negative_prompts=negatives,
@@ -395,64 +335,17 @@ class BaseARPipeline(DiffusionPipeline):
             grid=grid,
             guidance_scale=sampling.guidance_scale,
             policy=sampling.policy(),
-            generators=_generators(generator, seed, batch),
+            generators=generators,
+            num_images_per_prompt=per_prompt,
             batch_size=batch,
+            output_type=inputs.output_type,
+            return_dict=inputs.return_dict,
+            callback=callback,
             tensor_inputs=tensor_inputs,
             compile=mode,
         )
 
-    def capabilities(self) -> set[str]:
-        """What this pipeline offers samplers beyond the session's contract (see `CAPABILITIES`)."""
-        offered = set()
-        if _has_codebook(self.image_tokenizer):
-            offered.add("codebook")
-        if getattr(self, "noise_conditioning", None) is not None:
-            offered.add("noise_conditioning")
-        return offered
-
-    def check_requirements(self, sampler: Sampler, label: str | None = None) -> None:
-        """Refuse a sampler that needs a capability this pipeline lacks (`arjet.samplers.requirements`)."""
-        label = label or sampler_registry.label(sampler)
-        offered = self.capabilities()
-        for capability, who in requirements(sampler).items():
-            if capability in offered:
-                continue
-            what = CAPABILITIES.get(capability, f"the capability {capability!r}")
-            user = f"{label} uses {who}, which needs" if who else f"{label} needs"
-            raise ValueError(
-                f"{user} {what}, and this {type(self).__name__} has none; choose a sampler that does not "
-                f"need {capability!r}"
-            )
-
-    def _default_guidance_scale(self) -> float:
-        """The checkpoint's default CFG scale (its config may set one), else the family's."""
-        configured = self.config.get("default_guidance_scale")
-        return self.default_guidance_scale if configured is None else configured
-
-    def _check_prompt_lengths(
-        self, prompts: list[str], negatives: list[str] | None, grid: tuple[int, int]
-    ) -> None:
-        """Every prompt row must fit the model's positions next to the image (and `limits.max_prompt_tokens`)."""
-        positions, image = self.max_positions(), self.image_layout(grid).body_length
-        limit = self.limits.max_prompt_tokens
-        rows = [("prompt", p, False) for p in dict.fromkeys(prompts)]
-        rows += [("negative_prompt", p, True) for p in dict.fromkeys(negatives or [])]
-        for name, text, negative in rows:
-            length = self.prompt_length(text, grid, negative=negative)
-            shown = text if len(text) <= 60 else text[:57] + "..."
-            if limit is not None and length > limit:
-                raise ValueError(
-                    f"{name} {shown!r} is {length} tokens (chat template included), more than "
-                    f"limits.max_prompt_tokens={limit}; shorten it"
-                )
-            if positions is not None and length + image > positions:
-                raise ValueError(
-                    f"{name} {shown!r} is {length} tokens (chat template included) and the {grid[0]}x{grid[1]} image "
-                    f"needs {image} positions, but this model has {positions}; shorten the {name} to at most "
-                    f"{positions - image - (length - _text_tokens(self.tokenizer, text))} tokens of text"
-                )
-
-    def _size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:
+    def image_size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:
         """(height, width) in pixels from the call's arguments: given, from an aspect ratio, or the default."""
         for name, value in (("height", height), ("width", width)):
             if value is not None and (not checks.is_integer(value) or value <= 0):
@@ -472,6 +365,57 @@ class BaseARPipeline(DiffusionPipeline):
             default_width if width is None else width,
         )
 
+    def check_prompt_lengths(
+        self, prompts: list[str], negatives: list[str] | None, grid: tuple[int, int]
+    ) -> None:
+        """Every prompt row must fit the model's positions next to the image (and `limits.max_prompt_tokens`)."""
+        positions, image = self.max_positions(), self.image_layout(grid).body_length
+        limit = self.limits.max_prompt_tokens
+        rows = [("prompt", p, False) for p in dict.fromkeys(prompts)]
+        rows += [("negative_prompt", p, True) for p in dict.fromkeys(negatives or [])]
+        for name, text, negative in rows:
+            length = self.prompt_length(text, grid, negative=negative)
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            if limit is not None and length > limit:
+                raise ValueError(
+                    f"{name} {shown!r} is {length} tokens (chat template included), more than "
+                    f"limits.max_prompt_tokens={limit}; shorten it"
+                )
+            if positions is not None and length + image > positions:
+                raise ValueError(
+                    f"{name} {shown!r} is {length} tokens (chat template included) and the {grid[0]}x{grid[1]} image "
+                    f"needs {image} positions, but this model has {positions}; shorten the {name} to at most "
+                    f"{positions - image - (length - text_tokens(self.tokenizer, text))} tokens of text"
+                )
+
+    def capabilities(self) -> set[str]:
+        """What this pipeline offers samplers beyond the session's contract (see `CAPABILITIES`)."""
+        offered = set()
+        if self.image_tokenizer.codebook() is not None:
+            offered.add("codebook")
+        if self.noise_conditioning is not None:
+            offered.add("noise_conditioning")
+        return offered
+
+    def check_requirements(self, sampler: Sampler, label: str | None = None) -> None:
+        """Refuse a sampler that needs a capability this pipeline lacks (`arjet.samplers.requirements`)."""
+        label = label or sampler_registry.label(sampler)
+        offered = self.capabilities()
+        for capability, who in requirements(sampler).items():
+            if capability in offered:
+                continue
+            what = CAPABILITIES.get(capability, f"the capability {capability!r}")
+            user = f"{label} uses {who}, which needs" if who else f"{label} needs"
+            raise ValueError(
+                f"{user} {what}, and this {type(self).__name__} has none; choose a sampler that does not "
+                f"need {capability!r}"
+            )
+
+    def checkpoint_guidance_scale(self) -> float:
+        """The checkpoint's default CFG scale (its config may set one), else the family's."""
+        configured = self.config.get("default_guidance_scale")
+        return self.default_guidance_scale if configured is None else configured
+
     # -- decoding codes to pixels -------------------------------------------------------------------
     @torch.no_grad()
     def decode_codes(self, codes: torch.Tensor, output_type: str = "pil"):
@@ -485,136 +429,3 @@ class BaseARPipeline(DiffusionPipeline):
             pixels = pixels * (1 - hole)
         processor = VaeImageProcessor(do_resize=False, do_normalize=True)
         return processor.postprocess(pixels.cpu(), output_type=output_type)
-
-
-class _StepHook:
-    """Per-step plumbing between a sampler's trace and the pipeline: progress bar, callback, interrupt. Only a
-    callback reads the device after every step; the progress bar moves whenever the decode loop reads it."""
-
-    def __init__(self, pipe: BaseARPipeline, progress, callback, tensor_inputs: list[str]):
-        self.pipe = pipe
-        self.progress = progress
-        self.callback = callback
-        self.tensor_inputs = tensor_inputs
-        self.decoded = 0
-        self.step = 0
-
-    def progress_to(self, decoded: int) -> None:
-        self.progress.update(decoded - self.decoded)
-        self.decoded = decoded
-
-    def __call__(self, trace: DecodeTrace) -> bool:
-        if self.callback is not None:
-            grid = trace.session.grid
-            state = {"codes": trace.codes.view(-1, *grid), "commit_step": trace.commit_step.view(-1, *grid)}
-            kwargs = {name: state[name].clone() for name in self.tensor_inputs}
-            returned = self.callback(self.pipe, self.step, trace.session.count, kwargs)
-            _check_callback_return(returned, state)
-        self.step += 1
-        return self.pipe.interrupt
-
-
-def _check_callback_return(returned: Any, state: dict[str, torch.Tensor]) -> None:
-    """A callback's return is not applied (see `BaseARPipeline.__call__`); refuse one that tries to edit."""
-    if returned is None:
-        return
-    if not isinstance(returned, dict):
-        raise ValueError(
-            f"callback_on_step_end must return its tensors dict (or None), got {type(returned).__name__}"
-        )
-    for name, value in returned.items():
-        if name in state and not (isinstance(value, torch.Tensor) and torch.equal(value, state[name])):
-            raise ValueError(
-                f"callback_on_step_end returned a changed {name!r}: decoded codes cannot be replaced (they are "
-                "already in the KV cache and the sampler picks the next ones); return the tensors unchanged, "
-                "or set pipe._interrupt = True to stop"
-            )
-
-
-def _has_codebook(tokenizer: ImageTokenizer) -> bool:
-    return callable(getattr(tokenizer, "codebook", None))
-
-
-def _codebook(tokenizer: ImageTokenizer) -> torch.Tensor | None:
-    """The tokenizer's `[V, d]` code vectors, or None for a tokenizer without a codebook (the capability
-    `"codebook"`: only samplers that require it use it)."""
-    return tokenizer.codebook() if _has_codebook(tokenizer) else None
-
-
-def _as_prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not items:
-        raise ValueError(f"{name} must be a non-empty string or a non-empty list of strings, got {value!r}")
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")
-        if not allow_empty and not item.strip():
-            raise ValueError(f"{name} must not be empty or whitespace, got {item!r}")
-        if len(item) > max_chars:
-            raise ValueError(
-                f"{name} has {len(item)} characters, more than limits.max_prompt_chars={max_chars}; shorten it"
-            )
-    return list(items)
-
-
-def _text_tokens(tokenizer: Any, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-
-
-def _tensor_inputs(names: Any, allowed: list[str]) -> list[str]:
-    if names is None:
-        return ["codes"]
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise ValueError(
-            f"callback_on_step_end_tensor_inputs must be a list of names from {allowed}, got {names!r}"
-        )
-    unknown = [name for name in names if name not in allowed]
-    if unknown:
-        raise ValueError(f"callback tensor inputs {unknown} not allowed; choose from {allowed}")
-    return list(names) or ["codes"]
-
-
-def check_random_inputs(generator: Any, seed: Any, batch: int) -> None:
-    """`seed`: an int `s` (image i gets `s + i`) or a list of one int per image, each `0 <= seed < 2**63`;
-    `generator`: a `torch.Generator` or a list of one per image; not both. ValueError naming the argument."""
-    if generator is not None and seed is not None:
-        raise ValueError("pass either generator or seed, not both")
-    if seed is not None:
-        if isinstance(seed, (list, tuple)):
-            if len(seed) != batch:
-                raise ValueError(
-                    f"seed must be an int or a list of {batch} ints (one per image), got {len(seed)} seeds"
-                )
-            for index, item in enumerate(seed):
-                checks.seed(f"seed[{index}]", item)
-        elif checks.is_integer(seed):
-            checks.seed("seed", seed, batch)
-        else:
-            raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
-    if generator is not None:
-        items = generator if isinstance(generator, (list, tuple)) else [generator]
-        if isinstance(generator, (list, tuple)) and len(generator) != batch:
-            raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
-        for item in items:
-            if not isinstance(item, torch.Generator):
-                raise ValueError(
-                    f"generator must be a torch.Generator or a list of one per image, got {type(item).__name__}: "
-                    f"{item!r}"
-                )
-
-
-def _generators(
-    generator: torch.Generator | Sequence[torch.Generator] | None,
-    seed: int | Sequence[int] | None,
-    batch: int,
-) -> torch.Generator | list[torch.Generator] | None:
-    if generator is not None and seed is not None:
-        raise ValueError("pass either generator or seed, not both")
-    if seed is None:
-        if isinstance(generator, Sequence) and len(generator) != batch:
-            raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
-        return list(generator) if isinstance(generator, Sequence) else generator
-    seeds = [seed + i for i in range(batch)] if isinstance(seed, int) else list(seed)
-    if len(seeds) != batch or not all(checks.is_integer(s) for s in seeds):
-        raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
-    return [torch.Generator("cpu").manual_seed(s) for s in seeds]

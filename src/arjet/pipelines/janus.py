@@ -14,7 +14,7 @@ import torch
 from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
 from ..session import ImageLayout, Prefix
-from ..session.adapter import run_decoder
+from ..session.adapter import ModelAdapter, run_decoder
 from ..session.decoder import LlamaStackDecoder, fast_linear
 from ..session.noise import NoiseConditioning
 from ..vq.janus import JanusVQTokenizer
@@ -32,7 +32,7 @@ def build_janus_tokenizer(words) -> PreTrainedTokenizerBase:
     return build_word_tokenizer(words, JANUS_SPECIAL_TOKENS, bos_token=BOS, eos_token=EOS, pad_token=PAD)
 
 
-class JanusAdapter:
+class JanusAdapter(ModelAdapter):
     def __init__(self, model: JanusForConditionalGeneration):
         self.model = model
         self.num_layers = model.config.text_config.num_hidden_layers

@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..session.adapter import run_decoder
+from ..session.adapter import ModelAdapter, run_decoder
 from ..session.decoder import StaticDecoder
 
 
-class VocabularyCodeAdapter:
+class VocabularyCodeAdapter(ModelAdapter):
     """Code `k` is token `code_token_ids[k]`: embedded by the LM's input embeddings and scored by the LM head
     restricted to those rows (so logits over text tokens are never computed)."""
 

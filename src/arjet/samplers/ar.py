@@ -2,36 +2,39 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from .base import DecodeTrace, commit_first_cell, run_steps
-from .policy import LogitsPolicy
-from .random import ImageRandom, sample
-
-if TYPE_CHECKING:
-    from ..session import DecodingSession
+from .base import Sampler
+from .decoding import Decode, Stepper
+from .random import sample
 
 
-class AR:
+@dataclass
+class AR(Sampler):
     name: ClassVar[str] = "ar"
 
-    def run(
-        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
-    ) -> None:
-        previous = commit_first_cell(session, policy, rng, trace)[:, None]
-        cell = torch.ones_like(previous)
-        keep = torch.ones_like(previous, dtype=torch.bool)
+    def run(self, decode: Decode) -> None:
+        decode.run(ARStepper(decode), decode.session.num_cells - 1, reach=1, exact=True)
 
-        def step() -> None:
-            code = sample(policy.probs(session.logits(cell, previous)), rng.uniform(1))
-            session.commit(keep)
-            trace.commit(cell, code)
-            previous.copy_(code)
-            cell.add_(1)
 
-        run_steps(step, trace, session.num_cells - 1, reach=1, exact=True)
+class ARStepper(Stepper):
+    """The last code and the next cell; each step feeds one and samples the other."""
 
-    def __repr__(self) -> str:
-        return "AR()"
+    def __init__(self, decode: Decode):
+        self.decode = decode
+
+    def start(self, first: torch.Tensor) -> None:
+        self.previous = first[:, None]
+        self.cell = torch.ones_like(self.previous)
+        self.keep = torch.ones_like(self.previous, dtype=torch.bool)
+
+    def step(self) -> None:
+        session, policy = self.decode.session, self.decode.policy
+        code = sample(policy.probs(session.logits(self.cell, self.previous)), self.decode.random.uniform(1))
+        session.commit(self.keep)
+        self.decode.trace.commit(self.cell, code)
+        self.previous.copy_(code)
+        self.cell.add_(1)

@@ -1,234 +1,58 @@
-"""The sampler contract and the bookkeeping every sampler shares.
+"""What every sampler, and every rule a sampler is built from, declares.
 
-A sampler is `run(session, policy, rng, trace)`: it decodes every cell of the session's grid for every
-image of the batch and records each commit in `trace`. It never sees a model family, a prompt or a
-special token (see `arjet.session`).
-
-The trace keeps everything on the device (codes, commit steps, tokens committed per forward), so a decode
-loop never waits for the device: the built-in samplers are a fixed-shape `step` run by `run_steps`, which
-reads the device once every few steps to see whether every image is done.
+A sampler is a dataclass whose options are its fields (`arjet.samplers.options.option`), a `name`, the
+capabilities it needs from a model (`requires`), the parts it is built from (`parts`, e.g. SJD's acceptance
+rule), a check of its sizes against the grid (`check_grid`) and `run(decode)`: decode every cell of every
+image of the session's grid, recording each commit in `decode.trace`. Every member has a default here, so
+code that uses a sampler reads them directly and never probes for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
-
-from .policy import LogitsPolicy
-from .random import ImageRandom, sample
+from .options import check_options
 
 if TYPE_CHECKING:
-    from ..session import DecodingSession
-
-CHECK_EVERY = 4  # decode steps between two reads of the device (is every image done?)
+    from .decoding import Decode
 
 
-class Interrupted(Exception):
-    """Raised inside a sampler when the step hook asks to stop (the pipeline's `interrupt`)."""
+class Part:
+    """A sampler or a rule a sampler is built from. Dataclass subclasses get their declared options checked
+    when they are made (a subclass with a `__post_init__` of its own calls this one first)."""
 
-
-@dataclass
-class DecodeStats:
-    """What one image cost: forward passes, committed tokens per step, and when each cell was committed."""
-
-    sampler: str
-    forward_passes: int
-    tokens: int
-    accepted_per_step: list[int]
-    commit_step: torch.Tensor  # [H, W] long: the forward pass (1-based) whose output fixed each cell
-    seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    name: ClassVar[str] = ""
+    # capabilities the model must offer (see `arjet.pipelines.base.CAPABILITIES`): "codebook", ...
+    requires: ClassVar[frozenset[str]] = frozenset()
 
     @property
-    def compression(self) -> float:
-        """Step compression: tokens per forward pass (plain AR gives exactly 1.0)."""
-        return self.tokens / max(self.forward_passes, 1)
+    def parts(self) -> tuple[tuple[str, Part], ...]:
+        """`(role, part)` pairs whose needs are this one's too (see `requirements`)."""
+        return ()
 
-    def __repr__(self) -> str:
-        """One line: the figures, with the per-step counts and the commit map shown by their sizes only."""
-        height, width = self.commit_step.shape
-        return (
-            f"DecodeStats(sampler={self.sampler!r}, forward_passes={self.forward_passes}, tokens={self.tokens}, "
-            f"compression={self.compression:.2f}, seconds={self.seconds:.3f}, "
-            f"accepted_per_step=<{len(self.accepted_per_step)} steps>, commit_step=<{height}x{width}>)"
-        )
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key] if key not in self.__dataclass_fields__ else getattr(self, key)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sampler": self.sampler,
-            "forward_passes": self.forward_passes,
-            "tokens": self.tokens,
-            "accepted_per_step": list(self.accepted_per_step),
-            "compression": self.compression,
-            "seconds": self.seconds,
-            "commit_step": self.commit_step.tolist(),
-            **self.extra,
-        }
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
-StepHook = Callable[["DecodeTrace"], bool | None]
-ProgressHook = Callable[[int], None]
-StepRunner = Callable[[Callable[[], None]], None]
+class Sampler(Part):
+    """A decoding algorithm over the session's grid of image codes (see `arjet.session`)."""
 
-
-class DecodeTrace:
-    """The codes decoded so far (`-1` = not yet), the forward pass that committed each cell, and how many
-    cells each forward pass committed, per image, on the session's device.
-
-    `on_step(trace)` runs after every commit (it may read the device; returning True interrupts);
-    `on_progress(decoded)` receives the number of decoded cells of the whole batch whenever the decode loop
-    reads the device anyway; `runner(step)` runs one fixed-shape step (eagerly when None; a captured graph's
-    replay, see `arjet.samplers.capture`)."""
-
-    def __init__(
-        self,
-        session: DecodingSession,
-        on_step: StepHook | None = None,
-        on_progress: ProgressHook | None = None,
-        runner: StepRunner | None = None,
-    ):
-        self.session = session
-        batch, cells = session.batch_size, session.num_cells
-        device = session.device
-        self.codes = torch.full((batch, cells), -1, dtype=torch.long, device=device)
-        self.commit_step = torch.full((batch, cells), 0, dtype=torch.long, device=device)
-        # tokens committed by the k-th forward pass that committed any (each forward of a running image does)
-        self.accepted = torch.zeros(batch, cells + 1, dtype=torch.long, device=device)
-        self.steps = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        self.on_step = on_step
-        self.on_progress = on_progress
-        self.runner = runner
-        self.hooks_by_loop = (
-            False  # `run_steps` calls `on_step` after each step (commit may be a graph replay)
-        )
-
-    @property
-    def done(self) -> torch.Tensor:
-        """[B] bool: every cell of the image is decoded."""
-        return (self.codes >= 0).all(1)
-
-    def commit(self, cells: torch.Tensor, codes: torch.Tensor, valid: torch.Tensor | None = None) -> None:
-        """Record codes `[B, n]` as final at cells `[B, n]` (where `valid`), stamped with the current step."""
-        if valid is None:
-            valid = cells >= 0
-        scratch = self.codes.shape[1]  # invalid entries are written to an extra column, then dropped
-        index = torch.where(valid, cells, scratch)
-        step = self.session.forward_passes[:, None].expand_as(cells)
-        for table, values in ((self.codes, codes), (self.commit_step, step)):
-            padded = torch.cat([table, table[:, :1]], 1).scatter_(1, index, values.to(table.dtype))
-            table.copy_(padded[:, :scratch])
-        count = valid.sum(1, keepdim=True)
-        self.accepted.scatter_(1, self.steps, count)
-        self.steps += count > 0
-        if not self.hooks_by_loop:
-            self.after_step()
-
-    def after_step(self) -> None:
-        """Run the step hook; raise `Interrupted` when it asks to stop."""
-        if self.on_step is not None and self.on_step(self):
-            raise Interrupted
-
-    def checkpoint(self) -> bool:
-        """Read the device once: report progress, raise session misuse, and say whether every image is done."""
-        session = self.session
-        done, decoded = self.done.all().long()[None], (self.codes >= 0).sum()[None]
-        all_done, decoded, *status = torch.cat([done, decoded, session.status()]).tolist()
-        session.apply_status(status)
-        if self.on_progress is not None:
-            self.on_progress(decoded)
-        return bool(all_done)
-
-    def stats(self, name: str) -> list[DecodeStats]:
-        grid = self.session.grid
-        passes = self.session.forward_passes.tolist()
-        steps = self.steps[:, 0].tolist()
-        accepted = self.accepted.tolist()
-        tokens = (self.codes >= 0).sum(1).tolist()
-        commit_step = self.commit_step.cpu()
-        return [
-            DecodeStats(
-                sampler=name,
-                forward_passes=passes[i],
-                tokens=tokens[i],
-                accepted_per_step=accepted[i][: steps[i]],
-                commit_step=commit_step[i].view(grid),
-            )
-            for i in range(self.session.batch_size)
-        ]
-
-
-def commit_first_cell(
-    session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
-) -> torch.Tensor:
-    """Sample cell 0 from the prefill's distribution and commit it (the prefill's forward pass predicted it;
-    no forward of its own is needed). Returns the codes `[B]`."""
-    code = sample(policy.probs(session.first_logits), rng.uniform(1)[:, 0])
-    trace.commit(torch.zeros_like(code)[:, None], code[:, None])
-    return code
-
-
-def run_steps(
-    step: Callable[[], None],
-    trace: DecodeTrace,
-    max_steps: int,
-    reach: int,
-    *,
-    exact: bool = False,
-) -> None:
-    """Run a fixed-shape decode `step` until every image is done, reading the device once every
-    `CHECK_EVERY` steps to see whether it is. With `exact`, the decode takes exactly `max_steps` steps and
-    the device is read once, at the end. `reach`: the furthest, in cells, one step may move the session's
-    furthest input (it sizes the attention span). Each step runs through `trace.runner`."""
-    session = trace.session
-    run = trace.runner or (lambda f: f())
-    total = session.batch_size * session.num_cells
-    trace.hooks_by_loop = True
-    taken = since_check = 0
-    try:
-        while taken < max_steps:
-            chunk = min(CHECK_EVERY, max_steps - taken)
-            session.reserve(reach * (since_check + chunk))
-            for _ in range(chunk):
-                run(step)
-                trace.after_step()
-            taken += chunk
-            since_check += chunk
-            if exact and taken < max_steps:
-                if trace.on_progress is not None:
-                    trace.on_progress(total * taken // max_steps)
-                continue
-            since_check = 0
-            if trace.checkpoint():
-                return
-    finally:
-        trace.hooks_by_loop = False
-
-
-class Sampler(Protocol):
-    """A decoding algorithm over the session's grid."""
-
-    name: ClassVar[str]
-    # optional `requires: frozenset[str]`: capabilities the model must offer (e.g. "codebook",
-    # "noise_conditioning"); a composite lists its parts as `parts: ((role, part), ...)` (see `requirements`)
-
-    def run(
-        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        """Decode every cell of every image, recording each commit in `trace`."""
+        """Refuse, before any model work, sizes this grid (`(H, W)` codes), an operator's `max_window` or a
+        vocabulary of `vocab_size` codes cannot take; ValueError naming the option. Nothing to refuse here."""
+
+    def run(self, decode: Decode) -> None:
+        """Decode every cell of every image, recording each commit in `decode.trace`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement run(decode)")
 
 
-def requirements(sampler: Any) -> dict[str, str]:
-    """What `sampler` needs from the model: `{capability: who needs it}`, from the `requires` of the sampler
-    (who = "") and of its parts (a composite lists them as `parts = ((role, part), ...)`), e.g.
-    `{"codebook": "the lantern acceptance rule"}` for `SJD(acceptance=Lantern())`."""
-    needs = dict.fromkeys(getattr(sampler, "requires", ()), "")
-    for role, part in getattr(sampler, "parts", ()):
-        for capability, who in requirements(part).items():
-            needs.setdefault(capability, who or f"the {part.name} {role}")
+def requirements(part: Part) -> dict[str, str]:
+    """What `part` needs from the model: `{capability: who needs it}`, from its own `requires` (who = "") and
+    its parts', e.g. `{"codebook": "the lantern acceptance rule"}` for `SJD(acceptance=Lantern())`."""
+    needs = dict.fromkeys(part.requires, "")
+    for role, child in part.parts:
+        for capability, who in requirements(child).items():
+            needs.setdefault(capability, who or f"the {child.name} {role}")
     return needs

@@ -1,4 +1,5 @@
-"""Initial guesses for new draft slots (SJD's initialisation schemes), with point-mass proposals.
+"""The drafts a window carries (`Drafts`: codes and the proposals they were drawn from), and the initial
+guesses of new draft slots (SJD's initialisation schemes).
 
 `board [B, N]` holds what is known of each image: committed codes and the drafts already in the window
 (`-1` elsewhere); `top1 [B, N]` the argmax of the latest distribution computed for each cell. A scheme
@@ -8,10 +9,10 @@ no scheme ever degrades silently for lack of a grid width: the width comes from 
 The left neighbour of a row's first cell is the previous row's last cell (the official SJD code draws a
 random code there instead); on the built-in model the wrap needs fewer forwards (see README).
 
-`initial_draft` guesses independent cells; `fill_drafts` guesses a lane's fresh slots all at once, where a
-slot's neighbour may itself be a fresh slot of the same lane (its guess is then the neighbour's guess:
-`repeat_horizontal` repeats the last known code along the run). It resolves those chains by pointer
-jumping, a fixed number of vectorised rounds, with no loop over slots.
+`fill_drafts` guesses a window's fresh slots all at once, where a slot's neighbour may itself be a fresh slot
+of the same window (its guess is then the neighbour's guess: `repeat_horizontal` repeats the last known code
+along the run). It resolves those chains by pointer jumping, a fixed number of vectorised rounds, with no
+loop over slots; `refill` puts the guesses and their proposals into a window's `Drafts`.
 
 A guess that is a uniform random code is declared with a uniform proposal (as SJD-PAC does), every other
 guess with a point mass: both are the true distribution the draft was drawn from, so verification stays
@@ -21,51 +22,39 @@ exact, and a random draft of code `x` passes with probability `min(1, V * p(x))`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-
-from .speculative import guess_proposal
 
 INIT_SCHEMES = ("random", "repeat_horizontal", "repeat_vertical", "sample_horizontal", "sample_vertical")
 
 
-def check_scheme(scheme: str) -> str:
-    if scheme not in INIT_SCHEMES:
-        raise ValueError(f"unknown draft init scheme {scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
-    return scheme
+@dataclass
+class Drafts:
+    """A window's drafts and the proposals they were drawn from (views are fine: steps update them in place)."""
+
+    codes: torch.Tensor  # [..., S] long
+    proposals: torch.Tensor  # [..., S, V]
+
+    def __getitem__(self, index: slice) -> Drafts:
+        """The drafts of slots `index` (a slice of the slot dimension)."""
+        return Drafts(self.codes[..., index], self.proposals[..., index, :])
+
+    def replace(self, codes: torch.Tensor, proposals: torch.Tensor) -> None:
+        """Take the next window's drafts, in place."""
+        self.codes.copy_(codes)
+        self.proposals.copy_(proposals)
 
 
 def uses_top1(scheme: str) -> bool:
+    """The scheme reads the latest argmax of each cell (the step keeps a `top1` board for it)."""
     return scheme.startswith("sample_")
-
-
-def initial_draft(
-    scheme: str,
-    cells: torch.Tensor,
-    board: torch.Tensor,
-    top1: torch.Tensor,
-    width: int,
-    vocab_size: int,
-    u: torch.Tensor,
-) -> torch.Tensor:
-    """A draft code `[B]` for each cell `[B]` (any value where `cells < 0`)."""
-    random = _random_code(u, vocab_size)
-    if scheme == "random":
-        return random
-    horizontal = _neighbour(board, cells - 1, random)
-    if scheme == "repeat_horizontal":
-        return horizontal
-    if scheme == "sample_horizontal":
-        return _neighbour(top1, cells - 1, horizontal)
-    vertical = _neighbour(board, cells - width, horizontal)
-    if scheme == "repeat_vertical":
-        return vertical
-    return _neighbour(top1, cells - width, vertical)  # sample_vertical
 
 
 def fill_drafts(
     scheme: str,
     drafts: torch.Tensor,
+    *,
     fresh: torch.Tensor,
     cells: torch.Tensor,
     board: torch.Tensor,
@@ -82,7 +71,7 @@ def fill_drafts(
     slots are the last ones). `board [B, N]` holds the committed codes and the lanes' kept drafts; `top1`
     (for the `sample_*` schemes) the latest argmax per cell. A neighbour that is a fresh slot of the same
     lane gives that slot's guess; one in another lane's fresh slots counts as unknown."""
-    random = _random_code(u, vocab_size)
+    random = random_codes(u, vocab_size)
     if scheme == "random":
         return torch.where(fresh, random, drafts), fresh
     slot = torch.arange(drafts.shape[-1], device=drafts.device).expand_as(drafts)
@@ -114,7 +103,8 @@ def fill_drafts(
     return value, drawn
 
 
-def _random_code(u: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def random_codes(u: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Uniform random codes in `0..V-1` from uniforms `u` (any shape)."""
     return (u * vocab_size).long().clamp_(max=vocab_size - 1)
 
 
@@ -124,15 +114,10 @@ def _lookup(values: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
     return values.gather(1, flat.clamp(max=values.shape[1] - 1)).view_as(cells)
 
 
-def _neighbour(values: torch.Tensor, source: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    found = values.gather(1, source.clamp(min=0)[:, None]).squeeze(1)
-    return torch.where((source >= 0) & (found >= 0), found, fallback)
-
-
-def refill_drafts(
+def refill(
+    drafts: Drafts,
+    *,
     scheme: str,
-    drafts: torch.Tensor,
-    proposals: torch.Tensor,
     cells: torch.Tensor,
     inside: torch.Tensor,
     fresh: torch.Tensor,
@@ -142,18 +127,73 @@ def refill_drafts(
     u: torch.Tensor,
     uniform: bool = True,
 ) -> None:
-    """Give the `fresh` slots of `drafts [B, R, S]` their initial guesses and `proposals [B, R, S, V]` the
-    proposals they were drawn from, in place (views are fine). `cells [B, R, S]`: the cell each slot guesses;
-    `inside`: slots inside the image (kept drafts there are what fresh slots see beside the committed `codes
-    [B, N]`); `uniform`: whether a random guess keeps its uniform proposal (else a point mass, see
-    `Lantern.uniform_guesses`). Other arguments as `fill_drafts`."""
-    vocab_size = proposals.shape[-1]
+    """Give the `fresh [..., S]` slots of `drafts` their initial guesses and the proposals they were drawn
+    from, in place. `cells [B, R, S]`: the cell each slot guesses; `inside`: slots inside the image (kept drafts
+    there are what fresh slots see beside the committed `codes [B, N]`); `uniform`: whether a random guess
+    keeps its uniform proposal (else a point mass, see `AcceptanceRule.uniform_guesses`). Other arguments as
+    `fill_drafts`."""
+    vocab_size = drafts.proposals.shape[-1]
     board = torch.cat([codes, torch.full_like(codes[:, :1], -1)], 1)
-    scatter_where(board, cells, drafts, inside & ~fresh)
-    guesses, drawn = fill_drafts(scheme, drafts, fresh, cells, board[:, :-1], top1, width, vocab_size, u)
-    drafts.copy_(guesses)
+    scatter_where(board, cells, drafts.codes, inside & ~fresh)
+    guesses, drawn = fill_drafts(
+        scheme,
+        drafts.codes,
+        fresh=fresh,
+        cells=cells,
+        board=board[:, :-1],
+        top1=top1,
+        width=width,
+        vocab_size=vocab_size,
+        u=u,
+    )
     proposal = guess_proposal(guesses, drawn & uniform, vocab_size)
-    proposals.copy_(torch.where(fresh[..., None], proposal, proposals))
+    drafts.replace(guesses, torch.where(fresh[..., None], proposal, drafts.proposals))
+
+
+def refill_window(
+    drafts: Drafts,
+    start: torch.Tensor,
+    *,
+    num_cells: int,
+    scheme: str,
+    fresh: torch.Tensor,
+    codes: torch.Tensor,
+    top1: torch.Tensor | None,
+    width: int,
+    u: torch.Tensor,
+    uniform: bool = True,
+) -> None:
+    """`refill` for one window per image whose `S` slots guess the cells `start [B]`, `start + 1`, ...: its
+    `fresh [B, S]` slots inside the image's `num_cells` get initial guesses."""
+    slots = drafts.codes.shape[-1]
+    if not slots:
+        return
+    cells = start[:, None] + torch.arange(slots, device=start.device)
+    inside = cells < num_cells
+    refill(
+        drafts,
+        scheme=scheme,
+        cells=cells,
+        inside=inside,
+        fresh=inside & fresh,
+        codes=codes,
+        top1=top1,
+        width=width,
+        u=u,
+        uniform=uniform,
+    )
+
+
+def guess_proposal(codes: torch.Tensor, drawn: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The proposal of an initial guess: uniform where it is a uniform random code (`drawn`), else a point
+    mass at the guess."""
+    uniform = torch.full((vocab_size,), 1.0 / vocab_size, device=codes.device)
+    return torch.where(drawn[..., None], uniform, one_hot(codes, vocab_size))
+
+
+def one_hot(codes: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`[..., V]` point masses at `codes` (built by a scatter: `F.one_hot` reads the device to check them)."""
+    return torch.zeros(*codes.shape, vocab_size, device=codes.device).scatter_(-1, codes[..., None], 1.0)
 
 
 def scatter_where(

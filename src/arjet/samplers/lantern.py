@@ -1,5 +1,5 @@
 """LANTERN relaxed acceptance (Jang et al., ICLR 2025; LANTERN++, ICLR-W 2025), as an acceptance rule for
-`sjd` and `zipar+sjd`.
+`sjd` and `zipar+sjd` (the `lantern` and `zipar+lantern` samplers).
 
 Image codes whose VQ codebook vectors are close decode to similar patches. For a draft `x` and the
 processed target `p`, LANTERN's proximity set `A(x)` is the longest prefix of `x`'s `k` nearest codes
@@ -52,8 +52,8 @@ from typing import ClassVar
 
 import torch
 
-from .. import checks
-from .speculative import residual
+from .options import MAX_SIZE, option
+from .speculative import AcceptanceRule, RuleContext, residual
 
 BOUNDS = ("draft", "tv")
 
@@ -63,45 +63,43 @@ _PLACED: OrderedDict[tuple, tuple[weakref.ref, torch.Tensor]] = OrderedDict()
 
 
 @dataclass(frozen=True)
-class Lantern:
+class Lantern(AcceptanceRule):
     """`k` nearest codebook neighbours (L2) a draft may claim; `delta`: probability mass a draft may claim
     (LANTERN's total-variation budget, in [0, 1]); `lam`: LANTERN++'s multiplicative form
     (`p~(x) <= lam * p(x)`), used instead of `delta` when given; `bound`: `"draft"` (LANTERN as published,
     the budget bounds each draft's relaxed target) or `"tv"` (the budget bounds every committed token);
     `top`: how many of the proposal's most likely codes the `"tv"` mixture covers."""
 
-    k: int = 1000
-    delta: float = 0.1
-    lam: float | None = None
-    bound: str = "draft"
-    top: int = 8
+    k: int = option(1000, "nearest codebook neighbours a draft may claim", minimum=1, maximum=MAX_SIZE)
+    delta: float = option(
+        0.1,
+        "probability mass a draft may claim from its neighbours",
+        minimum=0.0,
+        maximum=1.0,
+        note="for LANTERN++'s bound p~(x) <= lam * p(x) pass lam; the official code reads delta > 1 as lam",
+    )
+    lam: float | None = option(
+        None, "LANTERN++'s p'(x) <= lam * p(x), instead of delta", minimum=1.0, maximum=1e6
+    )
+    bound: str = option(
+        "draft",
+        "draft: LANTERN as published (delta bounds each draft's relaxed target); tv: delta bounds every "
+        "committed token's total variation",
+        choices=BOUNDS,
+    )
+    top: int = option(
+        8, "the proposal's most likely codes the bound=tv mixture covers", minimum=1, maximum=MAX_SIZE
+    )
     name: ClassVar[str] = "lantern"
     requires: ClassVar[frozenset[str]] = frozenset({"codebook"})  # it compares codes by their vectors
 
-    def __post_init__(self) -> None:
-        checks.integer("lantern k (neighbours per code)", self.k, 1)
-        delta = self.delta
-        if not checks.is_number(delta) or not 0 <= delta <= 1:
-            raise ValueError(
-                f"lantern delta (mass a draft may claim) must be a number in [0, 1], got {delta!r}; for "
-                f"LANTERN++'s bound p~(x) <= lam * p(x) pass lam (the official code reads delta > 1 as lam)"
-            )
-        lam = self.lam
-        if lam is not None and (not checks.is_number(lam) or not lam >= 1):
-            raise ValueError(
-                f"lantern lam must be a number >= 1 (LANTERN++'s p~(x) <= lam * p(x)) or None, got {lam!r}"
-            )
-        if self.bound not in BOUNDS:
-            raise ValueError(f"lantern bound must be one of {', '.join(BOUNDS)}, got {self.bound!r}")
-        checks.integer("lantern top", self.top, 1)
-
     @property
-    def relaxes_greedy(self) -> bool:
+    def relaxes_greedy(self) -> bool:  # type: ignore[override]
         """Greedy decoding verifies against the relaxed argmax (the step then passes `context.soft_p`)."""
         return self.bound == "draft"
 
     @property
-    def uniform_guesses(self) -> bool:
+    def uniform_guesses(self) -> bool:  # type: ignore[override]
         """Whether a random initial guess is verified as the uniform draw it is (see `guess_proposal`). The
         published form declares it a point mass instead: against a uniform `q` its acceptance would be
         `min(1, V * p~_x(x))`, which admits almost any code that has a few likely neighbours and voids the
@@ -113,16 +111,15 @@ class Lantern:
 
     # -- the rule the speculative step calls --------------------------------------------------------
     def verify(
-        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: object
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`(t_x [...], residual [..., V])` for drafts `[...]` drawn from `q [..., V]` against the processed
         target `p [..., V]`: the step accepts a slot when `u * q(x) < t_x` and resamples a rejected one from
-        `residual` (unnormalised)."""
+        `residual` (unnormalised). The `"tv"` form is the base rule over its fixed `target`."""
         if self.bound == "tv":
-            target = self.target(p, q, context)
-            return target.gather(-1, drafts[..., None]).squeeze(-1), residual(target, q)
+            return super().verify(p, q, drafts, context)
         table = self._table(context, p.device)
-        soft = getattr(context, "soft_p", None)
+        soft = context.soft_p
         if soft is not None:  # greedy: p is one-hot; the relaxed argmax needs the distribution behind it
             if soft.shape != p.shape:
                 raise ValueError(
@@ -144,7 +141,7 @@ class Lantern:
         return relaxed.scatter_add(-1, drafts[..., None], claimed.sum(-1, keepdim=True))
 
     # -- the single target a target-only loop can verify against --------------------------------------
-    def target(self, p: torch.Tensor, q: torch.Tensor, context: object) -> torch.Tensor:
+    def target(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
         """The `"tv"` form's target `[..., V]`: the `q`-weighted mixture of the per-draft relaxed targets over
         `q`'s `top` codes. A loop that cannot pass the drafts (`target` without `verify`) gets this form
         whatever `bound` says."""
@@ -171,8 +168,8 @@ class Lantern:
         inside = near_p.cumsum(-1) <= budget
         return near, near_p * inside
 
-    def _table(self, context: object, device: torch.device) -> torch.Tensor:
-        codebook = getattr(context, "codebook", None)
+    def _table(self, context: RuleContext, device: torch.device) -> torch.Tensor:
+        codebook = context.codebook
         if codebook is None:
             raise ValueError(
                 "the lantern acceptance rule needs the image tokenizer's codebook, and this model's session has "
@@ -184,7 +181,7 @@ class Lantern:
 def _placed_table(codebook: torch.Tensor, k: int, device: torch.device) -> torch.Tensor:
     """`neighbour_table` on `device`, remembered per codebook object so a decode step reads nothing from
     the device after the first call."""
-    key = (id(codebook), getattr(codebook, "_version", 0), k, str(device))
+    key = (id(codebook), codebook._version, k, str(device))
     hit = _PLACED.get(key)
     if hit is not None and hit[0]() is codebook:
         _PLACED.move_to_end(key)

@@ -1,83 +1,148 @@
 """`sjd`: Speculative Jacobi Decoding (Teng et al., ICLR 2025), optionally with coupled drafts (MC-SJD).
 
+Every forward feeds a window: the last committed code, then drafts for the next `window - 1` cells. The
+model's output at each position is the processed target `p` of the next cell; the drafts are verified left
+to right against it, the first rejected one is resampled from the residual (or, if all passed, the next
+cell gets a bonus code), and the samples of every later position become the next window's drafts
+(`arjet.samplers.speculative` has the maths). New draft slots get an initial guess (`arjet.samplers.drafts`),
+declared with the proposal it was drawn from.
+
 Lossless: with the exact acceptance rule the codes have exactly the distribution of `ar` under the same
-processed `p` (CFG, temperature, top-k, top-p), for every batch size; each image commits its own number
-of tokens per forward.
+processed `p` (CFG, temperature, top-k, top-p), for every batch size; each image commits its own number of
+codes per forward. Every step has the same shapes and reads nothing back from the device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from .. import checks
-from .base import DecodeTrace
-from .drafts import check_scheme
-from .policy import LogitsPolicy
-from .random import ImageRandom
-from .speculative import AcceptanceRule, Exact
-from .windows import Lanes, WindowConfig, run_windows
+import torch
 
-if TYPE_CHECKING:
-    from ..session import DecodingSession
-
-
-def check_window(window: int) -> int:
-    return checks.integer("window", window, 1)
-
-
-def check_size_fits(
-    name: str, value: int, default: int, grid: tuple[int, int], limit: int | None = None
-) -> None:
-    """Refuse a size option (`window`, `w`) larger than the grid has cells (or than `default`, when the
-    grid is smaller) or than an operator's `limit`: its memory and work grow with it, not with the image."""
-    cells = grid[0] * grid[1]
-    allowed = max(cells, default) if limit is None else min(max(cells, default), limit)
-    if value > allowed:
-        why = (
-            f"the limit of {limit}"
-            if limit is not None and allowed == limit
-            else f"the {cells} cells of this {grid[0]}x{grid[1]} grid"
-        )
-        raise ValueError(f"{name}={value} is larger than {why}; use {name} <= {allowed}")
+from .base import Sampler
+from .decoding import Decode, Stepper
+from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
+from .options import MAX_SIZE, check_fits_grid, option
+from .speculative import AcceptanceRule, Exact, RuleContext, Uniforms, jacobi_step
 
 
 @dataclass
-class SJD:
-    """`window`: slots verified per forward (default 16); `init`: how new slots are guessed (`random`,
-    `repeat_horizontal`, `repeat_vertical`, `sample_horizontal`, `sample_vertical`); `coupling`: keep a
-    re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))` (MC-SJD, still lossless);
-    `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern(k, delta)`."""
+class SJD(Sampler):
+    """`window`: positions per forward (the last code and `window - 1` drafts); `init`: how new draft slots
+    are guessed; `coupling`: keep a re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))`
+    (MC-SJD, still lossless); `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
 
-    window: int = 16
-    init: str = "random"
-    coupling: bool = False
+    window: int = option(16, "draft slots verified per forward", minimum=1, maximum=MAX_SIZE)
+    init: str = option("random", "how new draft slots are guessed", choices=INIT_SCHEMES)
+    coupling: bool = option(False, "couple re-drafts with the old drafts (MC-SJD, still exact)")
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "sjd"
 
     def __post_init__(self) -> None:
-        check_window(self.window)
-        check_scheme(self.init)
-        checks.boolean("coupling", self.coupling)
-        if not callable(getattr(self.acceptance, "target", None)):
+        super().__post_init__()
+        if not isinstance(self.acceptance, AcceptanceRule):
             raise ValueError(
                 f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
             )
 
-    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
-        """Refuse a window the grid cannot use (see `check_size_fits`), before any work."""
-        check_size_fits("window", self.window, type(self).window, grid, max_window)
-
     @property
     def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
-        """Its acceptance rule, whose needs are the sampler's (see `arjet.samplers.base.requirements`)."""
         return (("acceptance rule", self.acceptance),)
 
-    def config(self) -> WindowConfig:
-        return WindowConfig(self.window, self.init, self.coupling, self.acceptance)
-
-    def run(
-        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        lanes = Lanes.whole_image(session.num_cells)
-        run_windows(session, policy, rng, trace, lanes, self.config())
+        check_fits_grid("window", self.window, type(self).window, grid, max_window)
+
+    def run(self, decode: Decode) -> None:
+        stepper = WindowStepper(self, decode)
+        decode.run(stepper, decode.session.num_cells - 1, reach=self.window, exact=self.window == 1)
+
+
+class WindowStepper(Stepper):
+    """The state of an SJD decode between forwards, and its fixed-shape `step`."""
+
+    def __init__(self, sampler: SJD, decode: Decode):
+        self.sampler, self.decode = sampler, decode
+        session = decode.session
+        batch, cells, vocab, device = (
+            session.batch_size,
+            session.num_cells,
+            session.vocab_size,
+            session.device,
+        )
+        self.window = window = sampler.window
+        self.slots = slots = window - 1
+        self.positions = torch.arange(window, device=device)
+        self.row_ends = (window - 1) // session.grid[1] + 1  # row ends one window's inputs can cross
+        rule = sampler.acceptance
+        self.soft_policy = decode.policy.soft() if decode.policy.greedy and rule.relaxes_greedy else None
+        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)  # latest argmax
+        self.n = torch.ones(batch, dtype=torch.long, device=device)  # the next cell to decode
+        self.drafts = Drafts(
+            torch.zeros(batch, slots, dtype=torch.long, device=device),
+            torch.zeros(batch, slots, vocab, device=device),
+        )
+
+    def start(self, first: torch.Tensor) -> None:
+        every_slot = torch.ones_like(self.drafts.codes, dtype=torch.bool)
+        self._guess(every_slot, self.decode.random.uniform(self.window)[:, : self.slots])
+
+    def step(self) -> None:
+        session, trace, sampler = self.decode.session, self.decode.trace, self.sampler
+        cells, positions = session.num_cells, self.positions
+        active = self.n < cells
+        length = torch.where(active, (cells - self.n).clamp(max=self.window), 0)  # window cells in the image
+        in_window = positions < length[:, None]
+        window_cells = self.n[:, None] + positions
+
+        # 1. one forward: the last committed code, then a draft for each of the next cells
+        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)
+        logits = session.logits(
+            torch.where(in_window, window_cells, -1),
+            torch.cat([last, self.drafts.codes], 1),
+            row_ends=self.row_ends,
+        )
+        p = self.decode.policy.probs(logits)  # [B, L, V]
+        context = RuleContext(session.codebook)
+        if self.soft_policy is not None:
+            context.soft_p = self.soft_policy.probs(logits[:, : self.slots])
+        if uses_top1(sampler.init):
+            scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+
+        # 2. verify the drafts, resample the first rejected one (or add a bonus code), commit
+        accept, draw, couple, guess = self.decode.random.uniform(4, self.window).unbind(1)
+        outcome = jacobi_step(
+            p,
+            self.drafts,
+            valid=in_window,
+            rule=sampler.acceptance,
+            context=context,
+            uniforms=Uniforms(accept, draw, couple),
+            coupling=sampler.coupling,
+            carry_limit=length,
+        )
+        session.commit(in_window & (positions <= outcome.accepted[:, None]))
+        trace.commit(torch.where(outcome.committed, window_cells, -1), outcome.codes)
+        self.n += outcome.advanced
+
+        # 3. the samples after the commit are the next drafts; slots that carried none get initial guesses
+        if self.slots:
+            self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
+            self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
+
+    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        """Initial guesses for the `fresh [B, S]` slots inside the image, drawn with the uniforms `u`."""
+        session, init = self.decode.session, self.sampler.init
+        refill_window(
+            self.drafts,
+            self.n,
+            num_cells=session.num_cells,
+            scheme=init,
+            fresh=fresh,
+            codes=self.decode.trace.codes,
+            top1=self.top1 if uses_top1(init) else None,
+            width=session.grid[1],
+            u=u,
+            uniform=self.sampler.acceptance.uniform_guesses,
+        )

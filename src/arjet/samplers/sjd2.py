@@ -25,46 +25,38 @@ the README's SJD2 section shows what it saves).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
-from .. import checks
-from .base import DecodeTrace, commit_first_cell, run_steps
-from .jacobi import RuleContext, jacobi_step
-from .policy import LogitsPolicy
-from .random import ImageRandom
-from .sjd import check_size_fits, check_window
-from .speculative import Exact, guess_proposal
-
-if TYPE_CHECKING:
-    from ..session import DecodingSession
+from .base import Sampler
+from .decoding import Decode, Stepper
+from .drafts import Drafts, guess_proposal, random_codes
+from .options import MAX_SIZE, check_fits_grid, option
+from .speculative import Exact, RuleContext, Uniforms, jacobi_step
 
 
 @dataclass
-class SJD2:
+class SJD2(Sampler):
     """`window`: cells predicted per forward (default 64); `levels`: denoising steps a slot takes from pure
     noise to clean (default: `window // 16`, at most the checkpoint's). A slot moves several cells towards
     the front per forward, so with many levels it would still be noisy when it got there and the verified
     clean front of the window would shrink (the README's SJD2 section has the measurements). `coupling`: re-drafts
     coupled with the old drafts (MC-SJD, still exact; default on)."""
 
-    window: int = 64
-    levels: int | None = None
-    coupling: bool = True
+    window: int = option(64, "cells predicted per forward", minimum=2, maximum=MAX_SIZE)
+    levels: int | None = option(
+        None, "denoising steps from noise to clean (none: window // 16)", minimum=1, maximum=MAX_SIZE
+    )
+    coupling: bool = option(True, "couple re-drafts with the old drafts (MC-SJD)")
     name: ClassVar[str] = "sjd2"
     requires: ClassVar[frozenset[str]] = frozenset({"noise_conditioning"})
 
-    def __post_init__(self) -> None:
-        check_window(self.window)
-        if self.window < 2:
-            raise ValueError(f"sjd2 needs a window of at least 2 cells, got {self.window}")
-        checks.optional_integer("levels", self.levels, 1)
-        checks.boolean("coupling", self.coupling)
-
-    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
         """Refuse a window (or more levels than the window has slots) the grid cannot use, before any work."""
-        check_size_fits("window", self.window, type(self).window, grid, max_window)
+        check_fits_grid("window", self.window, type(self).window, grid, max_window)
         if self.levels is not None and self.levels > self.window:
             raise ValueError(
                 f"levels={self.levels} is more than the window of {self.window}; use levels <= window"
@@ -75,31 +67,22 @@ class SJD2:
         (the checkpoint's)."""
         return self.levels or max(1, min(trained, self.window // 16))
 
-    def run(
-        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
-    ) -> None:
-        if session.noise is None:  # pipelines refuse this earlier, naming the capability (`requires`)
+    def run(self, decode: Decode) -> None:
+        if decode.session.noise is None:  # pipelines refuse this earlier, naming the capability (`requires`)
             raise ValueError("sjd2 needs a session with noise conditioning (capability 'noise_conditioning')")
-        decoder = _Denoiser(self, session, policy, rng, trace)
-        run_steps(decoder.step, trace, session.num_cells - 1, reach=decoder.window)
+        stepper = DenoisingStepper(self, decode)
+        decode.run(stepper, decode.session.num_cells - 1, reach=stepper.window)
 
 
-class _Denoiser:
-    """The state of an SJD2 decode and its fixed-shape `step`."""
+class DenoisingStepper(Stepper):
+    """The state of an SJD2 decode between forwards, and its fixed-shape `step`."""
 
-    def __init__(
-        self,
-        sampler: SJD2,
-        session: DecodingSession,
-        policy: LogitsPolicy,
-        rng: ImageRandom,
-        trace: DecodeTrace,
-    ):
-        self.session, self.policy, self.rng, self.trace = session, policy, rng, trace
+    def __init__(self, sampler: SJD2, decode: Decode):
+        self.decode = decode
+        session = decode.session
         self.noise = noise = session.noise
         self.coupling = sampler.coupling
-        vocab, cells = session.vocab_size, session.num_cells
-        self.window = window = min(sampler.window, cells)
+        self.window = window = min(sampler.window, session.num_cells)
         self.slots = slots = window - 1
         self.top = top = sampler.denoising_levels(noise.config.levels)
         device = session.device
@@ -110,19 +93,20 @@ class _Denoiser:
             top * torch.arange(slots, device=device) + slots - 2, max(slots - 1, 1), rounding_mode="floor"
         )
         self.cap = cap.clamp(max=top)
+        self.n = torch.ones(session.batch_size, dtype=torch.long, device=device)
 
-        commit_first_cell(session, policy, rng, trace)
-        batch = session.batch_size
-        self.n = torch.ones(batch, dtype=torch.long, device=device)
-        self.drafts = _random_codes(rng.uniform(slots), vocab)
-        self.proposals = guess_proposal(self.drafts, torch.ones_like(self.drafts, dtype=torch.bool), vocab)
-        self.level = self.cap.expand(batch, slots).clone()
-        self.state = noise.add_noise(
-            self.table[self.drafts], self.level / top, rng.normal(slots, self.table.shape[-1])
+    def start(self, first: torch.Tensor) -> None:
+        """Every slot starts as a uniform random code whose embedding is noised to the slot's level."""
+        rng, slots, vocab = self.decode.random, self.slots, self.decode.session.vocab_size
+        codes = random_codes(rng.uniform(slots), vocab)
+        self.drafts = Drafts(codes, guess_proposal(codes, torch.ones_like(codes, dtype=torch.bool), vocab))
+        self.level = self.cap.expand(len(codes), slots).clone()
+        self.state = self.noise.add_noise(
+            self.table[codes], self.level / self.top, rng.normal(slots, self.table.shape[-1])
         )
 
     def step(self) -> None:
-        session, trace, noise = self.session, self.trace, self.noise
+        session, trace, noise, drafts = self.decode.session, self.decode.trace, self.noise, self.drafts
         window, slots, top, positions = self.window, self.slots, self.top, self.positions
         vocab, dim = session.vocab_size, self.table.shape[-1]
         cells = session.num_cells
@@ -133,7 +117,7 @@ class _Denoiser:
         query_cells = torch.where(in_window, window_cells, -1)
         last = trace.codes.gather(1, (self.n - 1).clamp(min=0)[:, None]).clamp(min=0)
         noisy = self.level > 0
-        inputs = torch.cat([last, self.drafts], 1)
+        inputs = torch.cat([last, drafts.codes], 1)
         embeddings = torch.cat(
             [torch.zeros_like(self.state[:, :1]), noise.model_input(self.state, self.level / top)], 1
         )
@@ -145,21 +129,20 @@ class _Denoiser:
             embedded=embedded,
             row_ends=(window - 1) // session.grid[1] + 1,
         )
-        p = self.policy.probs(logits)
+        p = self.decode.policy.probs(logits)
 
         # verify, resample, commit: a position's p is a valid target only while every input before it is clean
         clean_before = torch.cat([torch.ones_like(noisy[:, :1]), (~noisy).long().cumprod(1).bool()], 1)
-        u = self.rng.uniform(4, window)
+        accept, draw, couple, fresh_u = self.decode.random.uniform(4, window).unbind(1)
         outcome = jacobi_step(
             p,
-            self.drafts,
-            self.proposals,
-            in_window & clean_before,
-            Exact(),
-            RuleContext(),
-            u[:, :3],
-            self.coupling,
-            torch.full_like(self.n, window),
+            drafts,
+            valid=in_window & clean_before,
+            rule=Exact(),
+            context=RuleContext(),
+            uniforms=Uniforms(accept, draw, couple),
+            coupling=self.coupling,
+            carry_limit=torch.full_like(self.n, window),
         )
         fed_clean = torch.cat([torch.ones_like(noisy[:, :1]), ~noisy], 1)
         session.commit((positions <= outcome.accepted[:, None]) & fed_clean & in_window)
@@ -168,12 +151,12 @@ class _Denoiser:
         # slide the window: every slot's new draft comes from this forward; denoise; new slots enter as noise
         inside = outcome.carried
         source = (outcome.advanced[:, None] + positions[:slots]).clamp(max=window - 1)
-        fresh = _random_codes(u[:, 3, :slots], vocab)
-        drafts = torch.where(inside, outcome.next_drafts, fresh)
+        fresh = random_codes(fresh_u[:, :slots], vocab)
+        codes = torch.where(inside, outcome.next_drafts, fresh)
         proposals = torch.where(
-            inside[..., None], outcome.next_proposals, guess_proposal(drafts, ~inside, vocab)
+            inside[..., None], outcome.next_proposals, guess_proposal(codes, ~inside, vocab)
         )
-        noise_draws = self.rng.normal(window, dim)
+        noise_draws = self.decode.random.normal(window, dim)
         shifted_level = torch.cat([self.level, torch.full_like(self.level[:, :1], top)], 1)
         shifted_state = torch.cat([self.state, noise_draws[:, :1]], 1)
         old_level = torch.where(inside, shifted_level.gather(1, source), top)
@@ -183,13 +166,11 @@ class _Denoiser:
             noise_draws[:, 1:],
         )
         next_level = torch.minimum((old_level - inside.long()).clamp(min=0), self.cap)
-        denoised = noise.denoise_step(new_state, self.table[drafts], old_level / top, next_level / top)
+        denoised = noise.denoise_step(new_state, self.table[codes], old_level / top, next_level / top)
         self.state.copy_(torch.where((old_level > 0)[..., None], denoised, new_state))
         self.level.copy_(torch.where(active[:, None], next_level, self.level))
-        self.drafts.copy_(torch.where(active[:, None], drafts, self.drafts))
-        self.proposals.copy_(torch.where(active[:, None, None], proposals, self.proposals))
+        drafts.replace(
+            torch.where(active[:, None], codes, drafts.codes),
+            torch.where(active[:, None, None], proposals, drafts.proposals),
+        )
         self.n += outcome.advanced
-
-
-def _random_codes(u: torch.Tensor, vocab: int) -> torch.Tensor:
-    return (u * vocab).long().clamp(max=vocab - 1)

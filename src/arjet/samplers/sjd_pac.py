@@ -31,23 +31,29 @@ and sibling ranks only.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
-from .. import checks
-from .base import DecodeTrace, commit_first_cell, run_steps
-from .drafts import check_scheme, refill_drafts, scatter_where, uses_top1
-from .jacobi import JacobiOutcome, Verdict, conclude, verify
-from .policy import LogitsPolicy
-from .random import ImageRandom, sample
-from .sjd import check_size_fits, check_window
-from .speculative import Exact, passes, residual
-
-if TYPE_CHECKING:
-    from ..session import DecodingSession
+from .base import Sampler
+from .decoding import Decode, Stepper
+from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
+from .options import MAX_SIZE, check_fits_grid, option
+from .random import sample
+from .speculative import (
+    Exact,
+    JacobiOutcome,
+    RuleContext,
+    Uniforms,
+    Verdict,
+    conclude,
+    passes,
+    residual,
+    verify,
+)
 
 
 def tree_nodes(width: int, depth: int) -> int:
@@ -56,25 +62,30 @@ def tree_nodes(width: int, depth: int) -> int:
 
 
 @dataclass
-class SJDPAC:
+class SJDPAC(Sampler):
     """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
     `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
     3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
     paper's ablation); `init`: how new draft slots are guessed, as in `sjd`."""
 
-    window: int = 64
-    tree_width: int = 3
-    tree_depth: int = 3
-    coupling: bool = True
-    init: str = "random"
+    window: int = option(64, "inputs per forward, tree nodes included", minimum=1, maximum=MAX_SIZE)
+    tree_width: int = option(
+        3, "candidates per tree depth (the main draft and its siblings)", minimum=1, maximum=64
+    )
+    tree_depth: int = option(
+        3,
+        "tree levels, the root included (siblings at the first tree_depth - 1 draft depths)",
+        minimum=1,
+        maximum=16,
+    )
+    coupling: bool = option(
+        True, "couple re-drafts with the old drafts (MC-SJD, the paper's adaptive continuation)"
+    )
+    init: str = option("random", "how new draft slots are guessed", choices=INIT_SCHEMES)
     name: ClassVar[str] = "sjd-pac"
 
     def __post_init__(self) -> None:
-        check_window(self.window)
-        checks.integer("tree_width", self.tree_width, 1)
-        checks.integer("tree_depth", self.tree_depth, 1)
-        checks.boolean("coupling", self.coupling)
-        check_scheme(self.init)
+        super().__post_init__()
         nodes = tree_nodes(self.tree_width, self.tree_depth)
         if nodes > self.window:
             raise ValueError(
@@ -82,20 +93,22 @@ class SJDPAC:
                 f"than window={self.window}; use window >= {nodes} or a smaller tree"
             )
 
-    def check_grid(self, grid: tuple[int, int], max_window: int | None = None) -> None:
-        """Refuse a window the grid cannot use (see `check_size_fits`), before any work."""
-        check_size_fits("window", self.window, type(self).window, grid, max_window)
-
-    def run(
-        self, session: DecodingSession, policy: LogitsPolicy, rng: ImageRandom, trace: DecodeTrace
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        if self.tree_width > session.vocab_size:
+        """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
+        check_fits_grid("window", self.window, type(self).window, grid, max_window)
+        if vocab_size is not None and self.tree_width > vocab_size:
             raise ValueError(
-                f"tree_width={self.tree_width} is more than the {session.vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {session.vocab_size}"
+                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
+                f"vocabulary; use tree_width <= {vocab_size}"
             )
-        decoder = TreeDecoder(self, session, policy, rng, trace)
-        run_steps(decoder.step, trace, session.num_cells - 1, reach=decoder.tree.main + decoder.tree.depth)
+
+    def run(self, decode: Decode) -> None:
+        self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
+        stepper = TreeStepper(self, decode)
+        tree = stepper.tree
+        decode.run(stepper, decode.session.num_cells - 1, reach=tree.main + tree.depth)
 
 
 @dataclass(frozen=True)
@@ -168,23 +181,22 @@ class TreeLayout:
         return self.children.shape[0] - self.main
 
     def to(self, device: torch.device) -> TreeLayout:
-        moved = {name: getattr(self, name).to(device) for name in ("offset", "source", "branch", "sees")}
-        return TreeLayout(self.width, self.depth, self.main, children=self.children.to(device), **moved)
+        return dataclasses.replace(
+            self,
+            offset=self.offset.to(device),
+            source=self.source.to(device),
+            branch=self.branch.to(device),
+            sees=self.sees.to(device),
+            children=self.children.to(device),
+        )
 
 
-class TreeDecoder:
-    """The state of an SJD-PAC decode and its fixed-shape `step`."""
+class TreeStepper(Stepper):
+    """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`."""
 
-    def __init__(
-        self,
-        sampler: SJDPAC,
-        session: DecodingSession,
-        policy: LogitsPolicy,
-        rng: ImageRandom,
-        trace: DecodeTrace,
-    ):
-        self.session, self.policy, self.rng, self.trace = session, policy, rng, trace
-        self.coupling, self.init = sampler.coupling, sampler.init
+    def __init__(self, sampler: SJDPAC, decode: Decode):
+        self.sampler, self.decode = sampler, decode
+        session = decode.session
         cells, device = session.num_cells, session.device
         tree = TreeLayout.build(sampler.tree_width, sampler.tree_depth, sampler.window, cells)
         self.tree = tree = tree.to(device)
@@ -198,31 +210,38 @@ class TreeDecoder:
         self.is_refeed = torch.arange(queries, device=device) < tree.depth
         self.main_nodes = torch.arange(tree.main, device=device)
 
-        commit_first_cell(session, policy, rng, trace)
         self.n = torch.ones(batch, dtype=torch.long, device=device)
         self.pending = torch.zeros(batch, dtype=torch.long, device=device)  # committed codes to feed again
-        self.drafts = torch.zeros(batch, slots, dtype=torch.long, device=device)
-        self.proposals = torch.zeros(batch, slots, vocab, device=device)
+        self.drafts = Drafts(
+            torch.zeros(batch, slots, dtype=torch.long, device=device),
+            torch.zeros(batch, slots, vocab, device=device),
+        )
         self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)
-        self._fill(torch.ones(batch, slots, dtype=torch.bool, device=device), rng.uniform(slots))
+
+    def start(self, first: torch.Tensor) -> None:
+        self._guess(
+            torch.ones_like(self.drafts.codes, dtype=torch.bool), self.decode.random.uniform(self.slots)
+        )
 
     def step(self) -> None:
-        session, trace, tree = self.session, self.trace, self.tree
+        session, trace, tree, drafts = self.decode.session, self.decode.trace, self.tree, self.drafts
         cells, n = session.num_cells, self.n
         active = n < cells
         length = torch.where(active, (cells - n).clamp(max=tree.main), 0)
         valid = self.positions < length[:, None]  # [B, M]: position j predicts cell n + j inside the image
-        u = self.rng.uniform(4, tree.main)  # chain accept, draw, couple, fill
-        # sibling draws, sibling accept (no tree: no draw, so that a one-wide tree decodes exactly as mc-sjd)
-        u_tree = (
-            self.rng.uniform(2, tree.depth, tree.width) if tree.depth else u.new_zeros(n.shape[0], 2, 0, 1)
+        accept, draw, couple, guess = self.decode.random.uniform(4, tree.main).unbind(1)
+        # siblings' draws and acceptance tests (no tree: no draw, so that a one-wide tree decodes as mc-sjd)
+        sibling_draw, sibling_accept = (
+            self.decode.random.uniform(2, tree.depth, tree.width).unbind(1)
+            if tree.depth
+            else accept.new_zeros(2, n.shape[0], 0, 1).unbind(0)
         )
 
         # 1. the window's queries: re-fed committed codes, the root, the main chain, the off-main tree nodes
         siblings = draw_siblings(
-            self.proposals[:, : tree.depth], self.drafts[:, : tree.depth], u_tree[:, 0, :, 1:]
+            drafts.proposals[:, : tree.depth], drafts.codes[:, : tree.depth], sibling_draw[..., 1:]
         )
-        candidates = torch.cat([self.drafts, siblings.flatten(1)], 1)
+        candidates = torch.cat([drafts.codes, siblings.flatten(1)], 1)
         query_cells = n[:, None] + tree.offset
         live = torch.where(
             self.is_refeed, active[:, None] & (-tree.offset <= self.pending[:, None]), query_cells < cells
@@ -237,32 +256,31 @@ class TreeDecoder:
             branch=tree.branch.expand_as(query_cells),
             sees=tree.sees,
         )
-        t = self.policy.probs(logits[:, tree.depth :])  # [B, N, V] the output of every node
+        t = self.decode.policy.probs(logits[:, tree.depth :])  # [B, N, V] the output of every node
 
         # 2. walk the tree, then the main chain beyond it
-        walk = walk_tree(t, self.drafts, siblings, self.proposals, valid, u_tree[:, 1], tree)
+        walk = walk_tree(t, drafts, siblings=siblings, valid=valid, u=sibling_accept, tree=tree)
         beyond = self.main_nodes[tree.depth + 1 :].expand(n.shape[0], -1)
         line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))
-        if uses_top1(self.init):
+        if uses_top1(self.sampler.init):
             window_cells = n[:, None] + self.positions
             scatter_where(self.top1, window_cells, p.argmax(-1), valid)
         chain = verify(
             p[:, tree.depth : self.slots],
-            self.drafts[:, tree.depth :],
-            self.proposals[:, tree.depth :],
-            valid[:, tree.depth : self.slots] & walk.on_main[:, None],
-            Exact(),
-            None,
-            u[:, 0, tree.depth : self.slots],
+            drafts[tree.depth :],
+            usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
+            rule=Exact(),
+            context=RuleContext(),
+            u_accept=accept[:, tree.depth : self.slots],
         )
         verdict = Verdict(
             walk.accepted + chain.accepted,
             walk.rejected | chain.rejected,
             torch.where(walk.rejected[:, None], walk.rest, chain.rest),
         )
-        path = torch.cat([walk.codes, self.drafts[:, tree.depth :]], 1)  # the kept candidates, then main
-        outcome = self.conclude(p, path, valid, verdict, u, length)
+        path = torch.cat([walk.codes, drafts.codes[:, tree.depth :]], 1)  # the kept candidates, then main
+        outcome = self.conclude(p, path, valid, verdict, Uniforms(accept, draw, couple), length)
 
         # 3. commit: keep the inputs of the main line up to where the kept path leaves it
         on_main = (walk.ranks == 0).long().cumprod(1).sum(1)
@@ -281,9 +299,8 @@ class TreeDecoder:
 
         # 4. the samples after the commit become the next drafts; new slots get initial guesses
         if self.slots:
-            self.drafts.copy_(outcome.next_drafts)
-            self.proposals.copy_(outcome.next_proposals)
-            self._fill(active[:, None] & ~outcome.carried, u[:, 3, : self.slots])
+            drafts.replace(outcome.next_drafts, outcome.next_proposals)
+            self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
 
     def conclude(
         self,
@@ -291,31 +308,35 @@ class TreeDecoder:
         path: torch.Tensor,
         valid: torch.Tensor,
         verdict: Verdict,
-        u: torch.Tensor,
+        uniforms: Uniforms,
         length: torch.Tensor,
     ) -> JacobiOutcome:
-        """Resample, commit and redraft along the window's line (`jacobi.conclude`)."""
-        return conclude(p, path, self.proposals, valid, verdict, u[:, 1], u[:, 2], self.coupling, length)
+        """Resample, commit and redraft along the window's line (`speculative.conclude`): `path [B, S]` holds
+        the kept candidate of each tree depth, then the main drafts."""
+        return conclude(
+            p,
+            Drafts(path, self.drafts.proposals),
+            valid=valid,
+            verdict=verdict,
+            uniforms=uniforms,
+            coupling=self.sampler.coupling,
+            carry_limit=length,
+        )
 
-    def _fill(self, refill: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses, with the proposals they were drawn from, for the `refill [B, S]` slots inside the
+    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        """Initial guesses, with the proposals they were drawn from, for the `fresh [B, S]` slots inside the
         image."""
-        if not self.slots:
-            return
-        session = self.session
-        cells = self.n[:, None] + self.positions[: self.slots]
-        inside = cells < session.num_cells
-        refill_drafts(  # one lane: the [B, 1, S] views of the window's slots
-            self.init,
-            self.drafts[:, None],
-            self.proposals[:, None],
-            cells[:, None],
-            inside[:, None],
-            (inside & refill)[:, None],
-            self.trace.codes,
-            self.top1 if uses_top1(self.init) else None,
-            session.grid[1],
-            u[:, None],
+        session, init = self.decode.session, self.sampler.init
+        refill_window(
+            self.drafts,
+            self.n,
+            num_cells=session.num_cells,
+            scheme=init,
+            fresh=fresh,
+            codes=self.decode.trace.codes,
+            top1=self.top1 if uses_top1(init) else None,
+            width=session.grid[1],
+            u=u,
         )
 
 
@@ -334,16 +355,16 @@ class Walk:
 
 def walk_tree(
     t: torch.Tensor,
-    drafts: torch.Tensor,
+    drafts: Drafts,
+    *,
     siblings: torch.Tensor,
-    proposals: torch.Tensor,
     valid: torch.Tensor,
     u: torch.Tensor,
     tree: TreeLayout,
 ) -> Walk:
     """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
     order (`verify_siblings`) and the first that passes extends the path. `t [B, N, V]` node outputs;
-    `drafts [B, S]`, `siblings [B, D, K-1]`, `proposals [B, S, V]`; `valid [B, M]`; `u [B, D, K]`."""
+    `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]`; `valid [B, M]`; `u [B, D, K]`."""
     batch = t.shape[0]
     node = torch.zeros(batch, dtype=torch.long, device=t.device)
     alive = torch.ones(batch, dtype=torch.bool, device=t.device)
@@ -354,8 +375,8 @@ def walk_tree(
     for j in range(tree.depth):  # the candidates of depth j + 1, for cell n + j
         usable = alive & valid[:, j]
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
-        candidates = torch.cat([drafts[:, j : j + 1], siblings[:, j]], 1)
-        rank, found, left = verify_siblings(target, proposals[:, j], candidates, u[:, j])
+        candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
+        rank, found, left = verify_siblings(target, drafts.proposals[:, j], candidates, u[:, j])
         passed = usable & found
         failed = usable & ~found
         rejected |= failed

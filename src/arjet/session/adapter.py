@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from .decoder import StaticDecoder
 
-class ModelAdapter(Protocol):
-    """The four calls a session needs from a model; one small class per family implements them.
 
-    An adapter may also offer `static_decoder() -> StaticDecoder | None` (see `arjet.session.decoder`): the
-    family's decoder stack run over its own weights with a static cache, which the session then uses instead
-    of `hidden_states` (it attends over the reserved span only and can be captured in a CUDA graph)."""
+class ModelAdapter:
+    """The calls a session needs from a model; one small subclass per family implements the first four.
+
+    `static_decoder()` may return the family's decoder stack run over its own weights with a static cache
+    (see `arjet.session.decoder`), which the session then uses instead of `hidden_states` (it attends over
+    the reserved span only and can be captured in a CUDA graph); None (the default) runs the transformers
+    module. `forward_weights()` may list the weights one decoding forward reads (the bench's bandwidth floor);
+    None (the default) when the family does not say."""
 
     num_layers: int
     code_vocab_size: int
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Input embeddings of text / structural token ids `[N, m] -> [N, m, d]`."""
+        raise NotImplementedError
 
     def embed_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """Input embeddings of image codes in `0..V-1`, `[N, m] -> [N, m, d]`."""
+        raise NotImplementedError
 
     def hidden_states(
         self,
@@ -31,9 +38,17 @@ class ModelAdapter(Protocol):
         cache: object,
     ) -> torch.Tensor:
         """Run the backbone with a float additive 4D mask and explicit positions; return `[N, m, d]`."""
+        raise NotImplementedError
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-code logits over the image vocabulary, `[N, m, d] -> [N, m, V]`."""
+        raise NotImplementedError
+
+    def static_decoder(self) -> StaticDecoder | None:
+        return None
+
+    def forward_weights(self) -> list[torch.Tensor] | None:
+        return None
 
 
 def run_decoder(backbone, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:

@@ -43,14 +43,6 @@ class ImageLayout:
         """Offset of each cell (flat raster index) from the start of the image body."""
         return (cells // self.width) * self.row_stride + cells % self.width
 
-    def body_tokens(self, codes: torch.Tensor, code_to_token: torch.Tensor) -> torch.Tensor:
-        """The token ids of a full image body for codes `[N, H*W]`, row tokens included (for reference forwards)."""
-        rows = code_to_token[codes].view(codes.shape[0], self.height, self.width)
-        if self.row_end_ids:
-            ends = torch.tensor(self.row_end_ids, dtype=rows.dtype, device=rows.device)
-            rows = torch.cat([rows, ends.expand(codes.shape[0], self.height, -1)], dim=-1)
-        return rows.reshape(codes.shape[0], -1)
-
 
 @dataclass
 class Prefix:

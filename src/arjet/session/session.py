@@ -33,6 +33,7 @@ raised by `check()`, which the decode loop calls when it reads the device anyway
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
 
@@ -41,13 +42,28 @@ from .decoder import StaticDecoder, TransformersDecoder
 from .layout import ImageLayout, Prefix
 from .noise import NoiseConditioning
 
-_ERRORS = (
-    "an ephemeral query was committed",
-    "more queries crossed a row end than the call's row_ends allows",
-    "an input was written beyond the reserved span",
-    "a branch input was committed",
-    "a branch index was outside the reserved branch slots",
-)
+
+class Misuse(IntEnum):
+    """Misuse of a session that only the data shows: flagged on the device, raised by `check()`."""
+
+    EPHEMERAL_COMMITTED = 0
+    TOO_MANY_ROW_ENDS = 1
+    BEYOND_SPAN = 2
+    BRANCH_COMMITTED = 3
+    BRANCH_OUT_OF_RANGE = 4
+
+    @property
+    def message(self) -> str:
+        return _MISUSE_MESSAGES[self]
+
+
+_MISUSE_MESSAGES = {
+    Misuse.EPHEMERAL_COMMITTED: "an ephemeral query was committed",
+    Misuse.TOO_MANY_ROW_ENDS: "more queries crossed a row end than the call's row_ends allows",
+    Misuse.BEYOND_SPAN: "an input was written beyond the reserved span",
+    Misuse.BRANCH_COMMITTED: "a branch input was committed",
+    Misuse.BRANCH_OUT_OF_RANGE: "a branch index was outside the reserved branch slots",
+}
 
 
 @dataclass
@@ -94,7 +110,7 @@ class DecodingSession:
         self._batch = rows // 2 if self.guided else rows
         self.device = prefix.ids.device
         self.decoder: StaticDecoder = decoder or default_decoder(adapter)
-        self.errors = torch.zeros(len(_ERRORS), dtype=torch.bool, device=self.device)
+        self.misuse = torch.zeros(len(Misuse), dtype=torch.bool, device=self.device)  # flags by `Misuse`
         self.count = 0
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
         self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
@@ -200,8 +216,8 @@ class DecodingSession:
         if keep.shape != last.has_input.shape:
             raise ValueError(f"keep must be {tuple(last.has_input.shape)}, got {tuple(keep.shape)}")
         kept = last.real & keep.gather(1, last.query)
-        self.errors[0] |= (kept & last.ephemeral).any()
-        self.errors[3] |= (kept & last.branch).any()
+        self.misuse[Misuse.EPHEMERAL_COMMITTED] |= (kept & last.ephemeral).any()
+        self.misuse[Misuse.BRANCH_COMMITTED] |= (kept & last.branch).any()
         kept &= ~last.ephemeral & ~last.branch
         slots = torch.where(kept, last.slots, self.scratch)
         self.filled.scatter_(1, self._both_halves(slots), True)
@@ -222,13 +238,13 @@ class DecodingSession:
 
     def status(self) -> torch.Tensor:
         """`[k]` long: the misuse flags and the furthest slot fed so far, for `apply_status`."""
-        return torch.cat([self.errors.long(), self.frontier])
+        return torch.cat([self.misuse.long(), self.frontier])
 
     def apply_status(self, status: list[int]) -> None:
-        *errors, self._frontier = status
-        for message, happened in zip(_ERRORS, errors, strict=True):
+        *flags, self._frontier = status
+        for misuse, happened in zip(Misuse, flags, strict=True):
             if happened:
-                raise ValueError(f"decoding session misuse: {message}")
+                raise ValueError(f"decoding session misuse: {misuse.message}")
 
     def code_embeddings(self) -> torch.Tensor:
         """`[V, d]`: the input embedding of every code (what a clean draft feeds)."""
@@ -269,7 +285,7 @@ class DecodingSession:
         batch, width = inputs.slots.shape
         shared = inputs.real & ~inputs.ephemeral
         inside = inputs.slots < span
-        self.errors[2] |= (inputs.real & ~inside).any()
+        self.misuse[Misuse.BEYOND_SPAN] |= (inputs.real & ~inside).any()
         # for each slot this call writes: its position (as a body slot) and who wrote it; `span`: a dump column
         target = torch.where(shared & inside, inputs.slots, span)
         keys_and_dump = torch.arange(span + 1, device=self.device).expand(batch, -1)
@@ -350,7 +366,7 @@ class DecodingSession:
         else:
             branch = branch.to(self.device).expand_as(cells)
             is_branch = has_input & (branch >= 0)
-            self.errors[4] |= (is_branch & (branch >= self.branches)).any()
+            self.misuse[Misuse.BRANCH_OUT_OF_RANGE] |= (is_branch & (branch >= self.branches)).any()
             block = self.prefix.length + branch * self._branch_stride
             base = torch.where(is_branch, torch.where(branch < self.branches, block, self.scratch), home)
         ephemeral = (
@@ -364,7 +380,7 @@ class DecodingSession:
         if n_struct and row_ends:
             at_row_end = has_input & (prev % layout.width == layout.width - 1)
             rank = at_row_end.long().cumsum(1) - 1
-            self.errors[1] |= (at_row_end & (rank >= row_ends)).any()
+            self.misuse[Misuse.TOO_MANY_ROW_ENDS] |= (at_row_end & (rank >= row_ends)).any()
             fits = at_row_end & (rank < row_ends)
             last = torch.where(fits, n + rank * n_struct + n_struct - 1, query)
             column = torch.where(fits, rank, row_ends)  # `row_ends` is a dump column, cut off below
@@ -426,9 +442,7 @@ class DecodingSession:
 
 def default_decoder(adapter: ModelAdapter) -> StaticDecoder:
     """The adapter's own static decoder stack when it offers one, else transformers' module via a slot cache."""
-    static = getattr(adapter, "static_decoder", None)
-    decoder = static() if static is not None else None
-    return decoder or TransformersDecoder(adapter.hidden_states, adapter.num_layers)
+    return adapter.static_decoder() or TransformersDecoder(adapter.hidden_states, adapter.num_layers)
 
 
 def _ceil_div(a: int, b: int) -> int:

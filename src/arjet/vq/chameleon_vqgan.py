@@ -18,6 +18,7 @@ from diffusers.configuration_utils import register_to_config
 from diffusers.utils.accelerate_utils import apply_forward_hook
 from torch import nn
 
+from .base import ImageTokenizer
 from .checks import check_codes, check_pixels
 
 GROUPS = 32
@@ -214,7 +215,7 @@ class VectorQuantizer(nn.Module):
         return distances.argmin(-1)
 
 
-class ChameleonVQGAN(ModelMixin, ConfigMixin):
+class ChameleonVQGAN(ModelMixin, ConfigMixin, ImageTokenizer):
     """Chameleon / Lumina-mGPT 1.x VQGAN implementing `arjet.vq.ImageTokenizer`.
 
     The arguments are those of Meta's `vqgan.yaml` (`model.params.ddconfig` plus `n_embed` and

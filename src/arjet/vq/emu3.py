@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 from transformers import Emu3VQVAE
 
+from .base import ImageTokenizer
 from .checks import check_codes, check_pixels
 
 
-class Emu3VQTokenizer:
+class Emu3VQTokenizer(ImageTokenizer):
     def __init__(self, vqmodel: Emu3VQVAE):
         self.vqmodel = vqmodel
 

@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 from transformers import JanusVQVAE
 
+from .base import ImageTokenizer
 from .checks import check_codes, check_pixels
 
 
-class JanusVQTokenizer:
+class JanusVQTokenizer(ImageTokenizer):
     """Codes are looked up in an L2-normalised codebook (as `JanusVQVAE.decode` does), so encoding picks
     the nearest normalised code vector to the normalised latent, like LlamaGen's VQ-16."""
 

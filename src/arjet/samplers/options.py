@@ -1,14 +1,25 @@
-"""The option schema of registered samplers: each option's type, range, choices and help, in one place.
+"""Sampler options, declared once: a dataclass field made with `option(...)` is an option.
 
-The spec parser (`"sjd:window=32,init=random"`), the command line's help and the demo all read it from
-the registry (`arjet.samplers.options(name)`), so an option is typed, bounded and described once.
-Sizes are bounded here by `MAX_SIZE` (no supported model has that many image positions) and, once the
-grid is known, by the grid itself (the samplers' `check_grid`).
+```python
+@dataclass
+class SJD(Sampler):
+    window: int = option(16, "draft slots verified per forward", minimum=1, maximum=MAX_SIZE)
+```
+
+Its type comes from the annotation (`int | None` also takes `none`), its default and range from the
+declaration. Everything else reads that one declaration: the object's own checks (`check_options`, run when
+the object is made), the spec parser (`"sjd:window=32,init=random"`), the registry's schema
+(`arjet.samplers.options(name)`), `arjet samplers` and the demo. Sizes are bounded here by `MAX_SIZE` (no
+supported model has that many image positions) and, once the grid is known, by the grid itself
+(`check_fits_grid`, from the samplers' `check_grid`).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import functools
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +42,7 @@ class Option:
     maximum: float | None = None
     choices: tuple[str, ...] = ()
     none: bool = False
+    note: str = ""  # said after the range when a value is refused (e.g. where to go instead)
 
     def parse(self, text: str) -> Any:
         """The value of `key=text` in a spec; ValueError naming the option otherwise."""
@@ -65,11 +77,14 @@ class Option:
             return checks.boolean(label, value)
         if self.kind is int:
             if not checks.is_integer(value) or not self._inside(value):
-                raise ValueError(f"{label} must be an integer{self._bounds()}, got {shown!r}")
+                raise ValueError(f"{label} must be an integer{self._bounds()}, got {shown!r}{self._note()}")
             return value
-        if not checks.is_number(value) or not math.isfinite(value) or not self._inside(value):
-            raise ValueError(f"{label} must be a finite number{self._bounds()}, got {shown!r}")
+        if not checks.is_number(value) or not checks.finite_within(value, self.minimum, self.maximum):
+            raise ValueError(f"{label} must be a finite number{self._bounds()}, got {shown!r}{self._note()}")
         return float(value)
+
+    def _note(self) -> str:
+        return f" ({self.note})" if self.note else ""
 
     def _inside(self, value: float) -> bool:
         return (self.minimum is None or value >= self.minimum) and (
@@ -144,3 +159,99 @@ def _untyped(value: str) -> Any:
         except ValueError:
             pass
     return value
+
+
+# -- options declared on dataclass fields ------------------------------------------------------------------
+_DECLARED = "arjet_option"
+
+
+@dataclass(frozen=True)
+class _Declared:
+    help: str
+    minimum: float | None
+    maximum: float | None
+    choices: tuple[str, ...]
+    note: str
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: Sequence[str] = (),
+    note: str = "",
+) -> Any:
+    """A dataclass field that is a sampler option (see the module docstring)."""
+    declared = _Declared(help, minimum, maximum, tuple(choices), note)
+    return dataclasses.field(default=default, metadata={_DECLARED: declared})
+
+
+@functools.cache
+def options_of(cls: type, without: frozenset[str] = frozenset()) -> tuple[Option, ...]:
+    """The options a dataclass declares with `option(...)`, in field order, leaving out the names `without`."""
+    found = []
+    for item in dataclasses.fields(cls):
+        declared = item.metadata.get(_DECLARED)
+        if declared is None or item.name in without:
+            continue
+        kind, none = _kind(item.type)
+        found.append(
+            Option(
+                item.name,
+                kind,
+                item.default,
+                declared.help,
+                declared.minimum,
+                declared.maximum,
+                declared.choices,
+                none,
+                declared.note,
+            )
+        )
+    return tuple(found)
+
+
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _kind(annotation: Any) -> tuple[type, bool]:
+    """`(int, False)` for an option annotated `int`, `(int, True)` for `int | None` (annotations may be the
+    strings `from __future__ import annotations` leaves)."""
+    if isinstance(annotation, str):
+        names = {name.strip() for name in annotation.split("|")}
+        none = "None" in names
+        kinds = [_KINDS[name] for name in names - {"None"} if name in _KINDS]
+    else:
+        args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+        none = type(None) in args
+        kinds = [arg for arg in args if arg in _KINDS.values()]
+    if len(kinds) != 1:
+        raise TypeError(
+            f"an option is annotated int, float, bool or str (or one of them | None), not {annotation!r}"
+        )
+    return kinds[0], none
+
+
+def check_options(obj: Any) -> None:
+    """Check every declared option of dataclass instance `obj` against its declaration (ValueError naming the
+    option and what it allows), storing the checked value (an int given for a float option becomes a float)."""
+    for declared in options_of(type(obj)):
+        object.__setattr__(obj, declared.name, declared.check(getattr(obj, declared.name)))
+
+
+def check_fits_grid(
+    name: str, value: int, default: int, grid: tuple[int, int], limit: int | None = None
+) -> None:
+    """Refuse a size option (`window`, `w`) larger than the grid has cells (or than `default`, when the
+    grid is smaller) or than an operator's `limit`: its memory and work grow with it, not with the image."""
+    cells = grid[0] * grid[1]
+    allowed = max(cells, default) if limit is None else min(max(cells, default), limit)
+    if value > allowed:
+        why = (
+            f"the limit of {limit}"
+            if limit is not None and allowed == limit
+            else f"the {cells} cells of this {grid[0]}x{grid[1]} grid"
+        )
+        raise ValueError(f"{name}={value} is larger than {why}; use {name} <= {allowed}")

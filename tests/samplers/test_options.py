@@ -1,20 +1,37 @@
-"""The registry's option schema: every spec option typed, bounded and named in errors; sizes bounded by the grid."""
+"""Sampler options: declared once on the sampler, read by the registry's schema and the object's own checks;
+every spec option typed, bounded and named in errors; sizes bounded by the grid."""
 
 import pytest
 
 from arjet import samplers
-from arjet.samplers import SJD, SJD2, Lantern, ZipAR
+from arjet.samplers import SJD, SJD2, SJDPAC, Lantern, Sampler, ZipAR, options_of, registry
 
 
 @pytest.mark.parametrize("name", samplers.available())
 def test_every_registered_sampler_builds_from_its_defaults_and_describes_its_options(name):
     schema = samplers.options(name)
     sampler = samplers.get(name)
-    assert callable(sampler.run)
+    assert isinstance(sampler, Sampler)
     for option in schema:
         assert option.describe().startswith(f"{option.name} (") and option.help in option.describe()
-        spelled = "none" if option.default is None else str(option.default).lower()
-        assert samplers.get(f"{name}:{option.name}={spelled}") is not None  # the default, written out
+
+
+@pytest.mark.parametrize("name", samplers.available())
+def test_a_name_is_its_spec_with_every_default_spelled_out(name):
+    """One source per option: the defaults the registry fills in are the ones the sampler objects declare."""
+    spelled = ",".join(option.example() for option in samplers.options(name))
+    assert samplers.get(name) == samplers.get(f"{name}:{spelled}" if spelled else name)
+    for option in samplers.options(name):
+        assert samplers.get(f"{name}:{option.example()}") == samplers.get(name)
+
+
+def test_the_registry_reads_the_samplers_own_declarations():
+    """An option's default and range are written on the sampler class; the schema is that declaration."""
+    assert samplers.options("sjd")[:3] == options_of(SJD)
+    assert samplers.options("sjd-pac") == options_of(SJDPAC)
+    assert samplers.options("lantern")[:5] == options_of(Lantern)
+    assert SJD().window == options_of(SJD)[0].default == 16
+    assert samplers.get("lantern").acceptance == Lantern()
 
 
 BAD_SPECS = [
@@ -67,35 +84,30 @@ def test_specs_are_typed_by_the_schema():
     assert samplers.get("mc-sjd").coupling is True
 
 
-def test_a_sampler_registered_without_a_schema_still_refuses_repeated_and_unknown_options():
+def test_a_sampler_registered_without_a_schema_still_refuses_repeated_and_unknown_options(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     samplers.register("test-no-schema", lambda window=4: SJD(window=window))
-    try:
-        assert samplers.get("test-no-schema:window=6").window == 6
-        with pytest.raises(ValueError, match="given twice"):
-            samplers.get("test-no-schema:window=6,window=7")
-        with pytest.raises(
-            ValueError, match="bad arguments for sampler 'test-no-schema'.*unexpected keyword"
-        ):
-            samplers.get("test-no-schema:speed=3")
-    finally:
-        samplers._REGISTRY.pop("test-no-schema")
-        samplers._OPTIONS.pop("test-no-schema")
+    assert samplers.get("test-no-schema:window=6").window == 6
+    with pytest.raises(ValueError, match="given twice"):
+        samplers.get("test-no-schema:window=6,window=7")
+    with pytest.raises(ValueError, match="bad arguments for sampler 'test-no-schema'.*unexpected keyword"):
+        samplers.get("test-no-schema:speed=3")
 
 
-def test_parse_specs_checks_each_spec_and_compares_nothing_by_order():
-    assert samplers.parse_specs("sjd,ar") == ["sjd", "ar"]
-    with pytest.raises(ValueError, match="coupling must be true or false"):
-        samplers.parse_specs("ar;sjd:coupling=maybe")
+def test_objects_that_are_not_samplers_are_refused_by_name():
+    with pytest.raises(ValueError, match="must be a name or an arjet.samplers.Sampler object, got 42"):
+        samplers.get(42)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(window="16"), "window must be an integer >= 1, got '16'"),
-        (dict(window=True), "window must be an integer >= 1, got True"),
+        (dict(window="16"), "window must be an integer from 1 to 16384, got '16'"),
+        (dict(window=True), "window must be an integer from 1 to 16384, got True"),
+        (dict(window=300000), "window must be an integer from 1 to 16384, got 300000"),
         (dict(coupling="maybe"), "coupling must be True or False, got 'maybe'"),
         (dict(acceptance="foo"), "acceptance must be an acceptance rule such as Exact"),
-        (dict(init=3), "unknown draft init scheme 3"),
+        (dict(init=3), "init must be one of random, repeat_horizontal.*; got 3"),
     ],
 )
 def test_sampler_objects_check_their_fields(kwargs, message):
@@ -107,14 +119,14 @@ def test_sampler_objects_check_their_fields(kwargs, message):
     ("sampler", "grid", "limit", "message"),
     [
         (
-            SJD(window=300000),
+            SJD(window=3000),
             (16, 16),
             None,
-            "window=300000 is larger than the 256 cells of this 16x16 grid; use window <= 256",
+            "window=3000 is larger than the 256 cells of this 16x16 grid; use window <= 256",
         ),
         (SJD(window=20), (3, 3), None, "use window <= 16"),
         (SJD(window=100), (16, 16), 64, "window=100 is larger than the limit of 64"),
-        (SJD2(window=10**8), (16, 16), None, "use window <= 256"),
+        (SJD2(window=10**4), (16, 16), None, "use window <= 256"),
         (SJD2(window=8, levels=9), (16, 16), None, "levels=9 is more than the window of 8"),
         (ZipAR(w=2, verify=SJD(window=1000)), (16, 16), None, "window=1000 is larger than the 256 cells"),
     ],
@@ -129,7 +141,7 @@ def test_sizes_within_the_grid_pass():
     SJD(window=16).check_grid((3, 3))  # the default window is allowed even on a grid smaller than it
     SJD(window=256).check_grid((16, 16))
     SJD2().check_grid((16, 16), 64)
-    ZipAR(w=300).check_grid((3, 4))  # w >= W is raster order, and a lag allocates nothing
+    ZipAR(w=300).check_grid((3, 4))  # w >= W + 1 is raster order, and a lag allocates nothing
 
 
 def test_samplers_declare_capabilities_not_names():

@@ -1,0 +1,184 @@
+"""The arguments of a pipeline call, declared once and checked once.
+
+`GenerationInputs` declares every argument `pipe(prompt, ...)` takes, with its default; `__call__` and
+`check_inputs` build it from their keyword arguments, so a keyword it does not declare is refused by name
+(a diffusers habit such as `num_inference_steps=` is told why AR pipelines have none). The pipeline's
+`check_inputs` turns it into `CheckedInputs` with the checks here (prompts, seeds and generators, callback
+tensors) and its own (sizes, the sampler against the model, prompt lengths), before any model work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import checks
+from ..samplers import LogitsPolicy, Sampler
+
+OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+# diffusers' arguments that have no meaning for an AR pipeline, and what to use instead
+DIFFUSION_ONLY = {
+    "num_inference_steps": "AR pipelines have no inference steps: an image takes one forward pass per code, "
+    "fewer with a parallel sampler; choose the sampler instead (sampler='sjd')",
+    "timesteps": "AR pipelines have no timesteps; choose the sampler instead (sampler='sjd')",
+    "latents": "AR pipelines start from no latents: codes are sampled one after the other; pass seed= or "
+    "generator= to fix them",
+}
+
+
+@dataclass(frozen=True)
+class GenerationInputs:
+    """The arguments of `pipe(prompt, ...)`, as given.
+
+    `prompt`: a string or a list of strings. `negative_prompt`: one, or one per prompt (families whose
+    unconditional branch is fixed refuse it). `sampler`: a registered name, a spec (`"sjd:window=32"`) or a
+    `Sampler` object. `height` / `width`: pixels (None: the pipeline's default size); families that size
+    images by shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
+    the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` (None: the family's default)
+    and `top_p` form the target distribution every sampler must respect. `num_images_per_prompt`: images per
+    prompt. `seed=s` gives image `i` the generator `s + i` (or pass one seed or one `generator` per image);
+    an image then decodes the same whatever else shares its batch. `output_type`: "pil", "np", "pt" or
+    "latent" (the codes). `return_dict`: an `ARPipelineOutput`, else a tuple. `callback_on_step_end(pipe, step,
+    forward_passes, tensors)` runs after every sampler step with copies of the tensors named in
+    `callback_on_step_end_tensor_inputs` (default `["codes"]`). `compile`: how each fixed-shape decode step
+    runs: False (eagerly), "cuda-graphs", "inductor" or True (see `BaseARPipeline.__call__`)."""
+
+    prompt: str | list[str]
+    negative_prompt: str | list[str] | None = None
+    sampler: str | Sampler = "ar"
+    height: int | None = None
+    width: int | None = None
+    aspect_ratio: str | None = None
+    guidance_scale: float | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    num_images_per_prompt: int = 1
+    generator: torch.Generator | list[torch.Generator] | None = None
+    seed: int | list[int] | None = None
+    output_type: str = "pil"
+    return_dict: bool = True
+    callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None
+    callback_on_step_end_tensor_inputs: list[str] | None = None
+    compile: bool | str = False
+
+    @classmethod
+    def from_call(cls, prompt: Any, negative_prompt: Any, options: dict[str, Any]) -> GenerationInputs:
+        """The inputs of `pipe(prompt, negative_prompt, **options)`; ValueError naming a keyword it lacks."""
+        known = {item.name for item in dataclasses.fields(cls)} - {"prompt", "negative_prompt"}
+        for name in options:
+            if name in DIFFUSION_ONLY:
+                raise ValueError(f"{name}= is not an argument of an AR pipeline: {DIFFUSION_ONLY[name]}")
+            if name not in known:
+                raise ValueError(
+                    f"unexpected argument {name}=; a pipeline call takes prompt, negative_prompt and "
+                    f"{', '.join(sorted(known))}"
+                )
+        return cls(prompt, negative_prompt, **options)
+
+
+def call_signature() -> inspect.Signature:
+    """`(self, prompt, negative_prompt=None, *, sampler="ar", ...)`: what `help(pipe)` shows for the call."""
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for item in dataclasses.fields(GenerationInputs):
+        positional = item.name in ("prompt", "negative_prompt")
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
+        default = inspect.Parameter.empty if item.default is dataclasses.MISSING else item.default
+        parameters.append(inspect.Parameter(item.name, kind, default=default, annotation=item.type))
+    return inspect.Signature(parameters)
+
+
+@dataclass
+class CheckedInputs:
+    """The arguments of a pipeline call once `check_inputs` has validated them and filled in the defaults."""
+
+    prompts: list[str]
+    negative_prompts: list[str] | None  # one per prompt, or None for the family's unconditional branch
+    sampler: Sampler
+    sampler_label: str  # the spec as given (`sjd:window=32`) or the object's name: what the stats say
+    grid: tuple[int, int]
+    guidance_scale: float
+    policy: LogitsPolicy
+    generators: torch.Generator | list[torch.Generator] | None
+    num_images_per_prompt: int
+    batch_size: int  # prompts x num_images_per_prompt
+    output_type: str
+    return_dict: bool
+    callback: Callable[..., dict[str, Any] | None] | None
+    tensor_inputs: list[str]
+    compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
+
+
+def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:
+    """`value` (a string or a list of strings) as a list, each within `max_chars`; ValueError naming `name`."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"{name} must be a non-empty string or a non-empty list of strings, got {value!r}")
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")
+        if not allow_empty and not item.strip():
+            raise ValueError(f"{name} must not be empty or whitespace, got {item!r}")
+        if len(item) > max_chars:
+            raise ValueError(
+                f"{name} has {len(item)} characters, more than limits.max_prompt_chars={max_chars}; shorten it"
+            )
+    return list(items)
+
+
+def callback_tensor_inputs(names: Any, allowed: list[str]) -> list[str]:
+    """The tensors a step callback asked for (default `["codes"]`), each one the pipeline allows."""
+    if names is None:
+        return ["codes"]
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ValueError(
+            f"callback_on_step_end_tensor_inputs must be a list of names from {allowed}, got {names!r}"
+        )
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise ValueError(f"callback tensor inputs {unknown} not allowed; choose from {allowed}")
+    return list(names) or ["codes"]
+
+
+def image_generators(generator: Any, seed: Any, batch: int) -> torch.Generator | list[torch.Generator] | None:
+    """What keys each image's random stream: `seed` (an int `s`, image i gets `s + i`, or a list of one int
+    per image, each `0 <= seed < 2**63`) as one generator per image; or `generator` (a `torch.Generator`, or
+    a list of one per image) as given; not both. ValueError naming the argument."""
+    if generator is not None and seed is not None:
+        raise ValueError("pass either generator or seed, not both")
+    if seed is not None:
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != batch:
+                raise ValueError(
+                    f"seed must be an int or a list of {batch} ints (one per image), got {len(seed)} seeds"
+                )
+            for index, item in enumerate(seed):
+                checks.seed(f"seed[{index}]", item)
+            seeds = list(seed)
+        elif checks.is_integer(seed):
+            checks.seed("seed", seed, batch)
+            seeds = [seed + i for i in range(batch)]
+        else:
+            raise ValueError(f"seed must be an int or a list of {batch} ints (one per image), got {seed!r}")
+        return [torch.Generator("cpu").manual_seed(s) for s in seeds]
+    if generator is None:
+        return None
+    several = isinstance(generator, (list, tuple))
+    if several and len(generator) != batch:
+        raise ValueError(f"got {len(generator)} generators for {batch} images; pass one per image")
+    for item in generator if several else [generator]:
+        if not isinstance(item, torch.Generator):
+            raise ValueError(
+                f"generator must be a torch.Generator or a list of one per image, got {type(item).__name__}: "
+                f"{item!r}"
+            )
+    return list(generator) if several else generator
+
+
+def text_tokens(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])

@@ -1,0 +1,68 @@
+"""`arjet.pipelines.inputs`: the call's arguments declared once, unknown keywords refused by name, one check of
+seeds and generators."""
+
+import inspect
+
+import pytest
+import torch
+
+from arjet.pipelines.inputs import GenerationInputs, image_generators
+from arjet.testing import tiny_pipeline
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return tiny_pipeline("emu3", grid=(2, 3), vocab_size=8)
+
+
+def test_the_call_and_check_inputs_take_exactly_the_declared_arguments(pipe):
+    declared = [name for name in inspect.signature(GenerationInputs).parameters]
+    shown = list(inspect.signature(type(pipe).__call__).parameters)
+    assert shown == ["self", *declared]
+    assert inspect.signature(type(pipe).__call__).parameters["sampler"].default == "ar"
+
+
+@pytest.mark.parametrize(
+    ("keyword", "message"),
+    [
+        (
+            "num_inference_steps",
+            "num_inference_steps= is not an argument of an AR pipeline: AR pipelines have no",
+        ),
+        ("latents", "latents= is not an argument of an AR pipeline"),
+        ("samplr", "unexpected argument samplr=; a pipeline call takes prompt, negative_prompt and"),
+    ],
+)
+def test_unknown_keywords_get_one_line_value_errors_before_model_work(pipe, keyword, message, monkeypatch):
+    monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("encoded before the check"))
+    for call in (pipe, pipe.check_inputs):
+        with pytest.raises(ValueError, match=message) as caught:
+            call("a red circle", **{keyword: 10})
+        assert "\n" not in str(caught.value)
+
+
+def test_seeds_become_one_generator_per_image():
+    generators = image_generators(None, 5, 3)
+    assert [g.initial_seed() for g in generators] == [5, 6, 7]
+    assert [g.initial_seed() for g in image_generators(None, [9, 2], 2)] == [9, 2]
+    assert image_generators(None, None, 4) is None
+    one = torch.Generator()
+    assert image_generators(one, None, 4) is one
+    assert image_generators([one, one], None, 2) == [one, one]
+
+
+@pytest.mark.parametrize(
+    ("generator", "seed", "message"),
+    [
+        (torch.Generator(), 1, "pass either generator or seed, not both"),
+        (None, [1, 2], "a list of 3 ints .* got 2 seeds"),
+        (None, [1, -1, 2], r"seed\[1\] must be an integer from 0 to 2\*\*63 - 1, got -1"),
+        (None, 2**63 - 2, r"seed \+ 2 < 2\*\*63"),
+        (None, "0", "seed must be an int or a list of 3 ints"),
+        ("x", None, "generator must be a torch.Generator .* got str"),
+        ([torch.Generator()] * 2, None, "got 2 generators for 3 images"),
+    ],
+)
+def test_bad_seeds_and_generators_are_named(generator, seed, message):
+    with pytest.raises(ValueError, match=message):
+        image_generators(generator, seed, 3)
