@@ -36,7 +36,7 @@ from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
-from .loading import checkpoint_kind, resolve_checkpoint, update_module_paths
+from .loading import checkpoint_kind, is_builtin, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")
@@ -93,14 +93,18 @@ class BaseARPipeline(DiffusionPipeline):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs: Any):
         """Load a saved arjet pipeline folder of this class, or a bare transformers checkpoint of this family
-        (a local folder or a hub id in the local cache), e.g.
-        `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A hub id that is not cached is
-        downloaded only with `local_files_only=False`. `arjet.ARPipeline.from_pretrained` picks the class."""
+        (a local folder, a built-in model's name such as `"shapes"`, or a hub id in the local cache), e.g.
+        `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A local folder wins over a
+        built-in name. A hub id that is not cached is downloaded only with `local_files_only=False`.
+        `arjet.ARPipeline.from_pretrained` picks the class. Built-in models load in float32 unless `dtype=`
+        says otherwise, as with `arjet.load`."""
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
         )
         kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
+        if is_builtin(folder) and kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
+            kwargs["dtype"] = torch.float32  # shipped in bfloat16 to stay small; float32 is faster on CPU
         kind, name = checkpoint_kind(folder)
         if kind == "pipeline":
             if cls.model_type and name != cls.__name__:
