@@ -8,8 +8,10 @@ Everything a sampler does happens behind the decoding session (`arjet.session`).
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,6 +38,7 @@ from ..samplers.capture import CudaGraphRunner, compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
+from .components import load_component, weight_classes
 from .loading import checkpoint_kind, is_builtin, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
@@ -91,13 +94,18 @@ class BaseARPipeline(DiffusionPipeline):
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs: Any):
+    def from_pretrained(cls, pretrained_model_name_or_path: str, *, strict: bool = True, **kwargs: Any):
         """Load a saved arjet pipeline folder of this class, or a bare transformers checkpoint of this family
         (a local folder, a built-in model's name such as `"shapes"`, or a hub id in the local cache), e.g.
         `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A local folder wins over a
         built-in name. A hub id that is not cached is downloaded only with `local_files_only=False`.
         `arjet.ARPipeline.from_pretrained` picks the class. Built-in models load in float32 unless `dtype=`
-        says otherwise, as with `arjet.load`."""
+        says otherwise, as with `arjet.load`.
+
+        Every weight component (the model, a VQ, noise conditioning) must match its checkpoint: weights
+        missing from the folder or not in the model are a ValueError naming the component and some keys.
+        `strict=False` loads what matches and leaves the rest at its random initialisation."""
+        checks.boolean("strict", strict)
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
@@ -112,12 +120,38 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{folder} holds a saved {name}, not a {cls.__name__}: load it with "
                     f"{name}.from_pretrained(...) or arjet.ARPipeline.from_pretrained(...), which picks the class"
                 )
-            return super().from_pretrained(folder, **kwargs)
+            components = cls.weight_components(folder, strict, kwargs)
+            return super().from_pretrained(folder, **kwargs, **components)
         if name != cls.model_type:
             raise ValueError(
                 f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
             )
-        return cls(**cls.components_from_transformers(folder, **kwargs))
+        return cls(**cls.components_from_transformers(folder, strict=strict, **kwargs))
+
+    @classmethod
+    def weight_components(cls, folder: Path, strict: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The weight components a saved pipeline folder names (model, VQ, noise conditioning ...), each loaded
+        with its loader's report checked (`arjet.pipelines.components`); diffusers then assembles the
+        pipeline from them and loads the rest (tokenizers). Components passed in `kwargs` are kept."""
+        index = cls.load_config(folder)
+        hints = typing.get_type_hints(cls.__init__)
+        dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+        loaded = {}
+        for name, entry in index.items():
+            if name in kwargs or not (isinstance(entry, list) and len(entry) == 2 and entry[1]):
+                continue
+            classes = weight_classes(hints.get(name))
+            if not classes:
+                continue  # holds no weights (a tokenizer)
+            chosen = [option for option in classes if option.__name__ == entry[1]]
+            if not chosen:
+                raise ValueError(
+                    f"{folder}/model_index.json names {entry[1]} for component {name!r}; {cls.__name__} takes "
+                    f"{' or '.join(option.__name__ for option in classes)}"
+                )
+            extra = {} if dtype is None else {"dtype": dtype}
+            loaded[name] = load_component(chosen[0], folder / name, name, strict=strict, **extra)
+        return loaded
 
     @classmethod
     def load_config(cls, *args: Any, **kwargs: Any):
@@ -129,15 +163,16 @@ class BaseARPipeline(DiffusionPipeline):
 
     @classmethod
     def components_from_transformers(
-        cls, folder, dtype: torch.dtype | None = None, **kwargs: Any
+        cls, folder, dtype: torch.dtype | None = None, *, strict: bool = True, **kwargs: Any
     ) -> dict[str, Any]:
-        """The pipeline's components built from a bare transformers checkpoint folder."""
+        """The pipeline's components built from a bare transformers checkpoint folder (`strict`: see
+        `from_pretrained`)."""
         from transformers import AutoTokenizer
 
         dtype = kwargs.pop("torch_dtype", dtype)
         if kwargs:
             raise ValueError(f"unexpected arguments for {cls.__name__}.from_pretrained: {sorted(kwargs)}")
-        model = cls.model_class.from_pretrained(folder, dtype=dtype or "auto").eval()
+        model = load_component(cls.model_class, folder, "model", strict=strict, dtype=dtype or "auto").eval()
         return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
 
     # -- family hooks -------------------------------------------------------------------------------
