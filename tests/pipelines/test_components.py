@@ -83,6 +83,27 @@ def test_a_vq_folder_whose_weights_do_not_match_is_refused(tmp_path):
         load_component(JanusVQVAE, tmp_path, "vq")
 
 
+def test_weights_a_family_never_reads_may_be_missing(tmp_path):
+    """Lumina-mGPT's checkpoints lack transformers' Chameleon VQ (its fine-tuning deletes `model.vqmodel`;
+    arjet decodes with its own VQGAN): the rest must still match."""
+    folder, _ = _saved("lumina_mgpt", tmp_path)
+    (path,) = (folder / "model").glob("*.safetensors")
+    weights = load_file(path)
+    save_file(
+        {k: v for k, v in weights.items() if not k.startswith("model.vqmodel.")},
+        path,
+        metadata={"format": "pt"},
+    )
+    assert type(arjet.ARPipeline.from_pretrained(str(folder))) is arjet.LuminaMGPTPipeline
+    save_file(
+        {k: v for k, v in weights.items() if not k.startswith("model.norm.")}, path, metadata={"format": "pt"}
+    )
+    with pytest.raises(
+        ValueError, match=r"1 of the model's weights are not in the checkpoint \(model.norm.weight\)"
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
 def test_strict_false_loads_what_matches_and_leaves_the_rest_random(tmp_path):
     folder, pipe = _saved("emu3", tmp_path)
     _rename_weights(folder / "model", every=2)

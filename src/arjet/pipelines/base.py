@@ -89,6 +89,8 @@ class BaseARPipeline(DiffusionPipeline):
     supports_negative_prompt: ClassVar[bool] = False
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
+    # weights of a component this family never reads (by prefix), which its checkpoints may therefore lack
+    unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {}
     # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
     limits: Limits = DEFAULT_LIMITS
 
@@ -150,7 +152,10 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{' or '.join(option.__name__ for option in classes)}"
                 )
             extra = {} if dtype is None else {"dtype": dtype}
-            loaded[name] = load_component(chosen[0], folder / name, name, strict=strict, **extra)
+            unread = cls.unread_weights.get(name, ())
+            loaded[name] = load_component(
+                chosen[0], folder / name, name, strict=strict, unread=unread, **extra
+            )
         return loaded
 
     @classmethod
@@ -172,7 +177,10 @@ class BaseARPipeline(DiffusionPipeline):
         dtype = kwargs.pop("torch_dtype", dtype)
         if kwargs:
             raise ValueError(f"unexpected arguments for {cls.__name__}.from_pretrained: {sorted(kwargs)}")
-        model = load_component(cls.model_class, folder, "model", strict=strict, dtype=dtype or "auto").eval()
+        unread = cls.unread_weights.get("model", ())
+        model = load_component(
+            cls.model_class, folder, "model", strict=strict, unread=unread, dtype=dtype or "auto"
+        ).eval()
         return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
 
     # -- family hooks -------------------------------------------------------------------------------

@@ -22,22 +22,40 @@ REPORT_LOGGERS = ("transformers.modeling_utils", "diffusers.models.modeling_util
 
 
 def load_component(
-    model_class: Any, folder: str | Path, component: str, *, strict: bool = True, **kwargs: Any
+    model_class: Any,
+    folder: str | Path,
+    component: str,
+    *,
+    strict: bool = True,
+    unread: tuple[str, ...] = (),
+    **kwargs: Any,
 ) -> Any:
     """`model_class.from_pretrained(folder, **kwargs)` for the pipeline component `component`; ValueError
     when the folder's weights and the model's differ, unless `strict=False` (then what matches loads and
-    the rest keeps its random initialisation, with the loader's own report printed)."""
+    the rest keeps its random initialisation, with the loader's own report printed). Weights under the
+    prefixes `unread` (parts of the model the pipeline never runs) may be missing."""
     if not strict:
         return model_class.from_pretrained(folder, **kwargs)
     with _quiet(REPORT_LOGGERS):
         model, report = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
-    check_load_report(component, model_class, folder, report)
+    check_load_report(component, model_class, folder, report, unread)
     return model
 
 
-def check_load_report(component: str, model_class: Any, folder: str | Path, report: dict[str, Any]) -> None:
+def check_load_report(
+    component: str,
+    model_class: Any,
+    folder: str | Path,
+    report: dict[str, Any],
+    unread: tuple[str, ...] = (),
+) -> None:
     """Raise a ValueError naming `component` and a few keys when the loader's `report` (transformers' or
-    diffusers' `output_loading_info`) lists weights missing from the checkpoint or not in the model."""
+    diffusers' `output_loading_info`) lists weights missing from the checkpoint (other than under the
+    prefixes `unread`) or not in the model."""
+    report = {
+        **report,
+        "missing_keys": [k for k in report.get("missing_keys") or () if not k.startswith(unread)],
+    }
     kinds = (
         ("missing_keys", "of the model's weights are not in the checkpoint"),
         ("unexpected_keys", "of the checkpoint's weights are not in the model"),

@@ -95,6 +95,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
     default_guidance_scale: ClassVar[float] = 3.0
     default_top_k: ClassVar[int | None] = 2000
     max_aspect_ratio: ClassVar[float] = 4.0
+    # transformers' Chameleon VQ encoder: images decode through arjet's VQGAN, and Lumina-mGPT's fine-tuning
+    # deletes `model.vqmodel` before saving, so its checkpoints lack these weights
+    unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {"model": ("model.vqmodel.",)}
 
     def __init__(
         self,
