@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     state = join_processes(args.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        prompts = load_prompts(args.prompts, args.n, args.data_dir)
+        prompts = load_prompts(args.prompts, args.n, args.data_dir, data_dir_option="--data-dir")
     prompts = prompts if args.n is not None else prompts[:DEFAULT_N]
     if state.is_main_process:
         if args.seeds is not None:
