@@ -11,6 +11,7 @@ import sys
 
 import PIL.Image
 import pytest
+import torch
 
 from arjet.cli import main
 from arjet.eval import runner
@@ -268,3 +269,33 @@ def test_a_refused_start_leaves_no_folder_behind(model, tmp_path):
     out = tmp_path / "never"
     assert main([*args(model, out), "--height", "64"]) == 2
     assert not out.exists()
+
+
+def test_eval_compiles_like_generate_and_bench(model, tmp_path, capsys, monkeypatch):
+    """`--compile` is checked with the other options, stored with the run, and reaches every pipeline call
+    (inductor's compiler replaced by a recorder here: compiling for real takes minutes on a CPU)."""
+    assert main([*args(model, tmp_path / "gpu"), "--compile", "cuda-graphs"]) == 2
+    assert "--compile cuda-graphs needs a CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "gpu").exists()
+    compiled = []
+
+    def record(function, **options):
+        compiled.append(function)
+        return function
+
+    monkeypatch.setattr(torch, "compile", record)
+    out = tmp_path / "inductor"
+    assert main([*args(model, out), "--compile", "inductor"]) == 0
+    assert compiled and json.loads((out / CONFIG_FILE).read_text())["compile"] == "inductor"
+    assert main(args(model, out)) == 2  # eager is another run
+    assert "compile: 'inductor' there, False now" in capsys.readouterr().err
+
+
+def test_a_run_made_before_a_setting_existed_resumes_with_its_default(model, finished, tmp_path, monkeypatch):
+    out = _copy(finished, tmp_path)
+    config = json.loads((out / CONFIG_FILE).read_text())
+    del config["compile"]
+    (out / CONFIG_FILE).write_text(json.dumps(config))
+    calls = []
+    monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
+    assert main(args(model, out)) == 0 and not calls
