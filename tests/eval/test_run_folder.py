@@ -269,6 +269,10 @@ def test_a_refused_start_leaves_no_folder_behind(model, tmp_path):
     out = tmp_path / "never"
     assert main([*args(model, out), "--height", "64"]) == 2
     assert not out.exists()
+    (tmp_path / "file").write_text("mine")  # and a file where the folder should be is named, not locked
+    with pytest.raises(ValueError, match="is a file; pass a folder for the run"):
+        run_eval(_settings(model), PROMPTS, tmp_path / "file", MetricOptions(None, None), progress=False)
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 def test_eval_compiles_like_generate_and_bench(model, tmp_path, capsys, monkeypatch):

@@ -118,6 +118,7 @@ def run_eval(
         checks.seed("seed", seed, settings.n)  # prompt i uses seed + i
     metrics.check()
     out = Path(out)
+    check_out_dir(out, settings)  # a file or a foreign folder fails here; checked again under the lock
 
     # 2. processes, the out dir (the main process locks it: one run at a time), the pipeline and its
     # checks; config.json only once all passed
