@@ -4,12 +4,11 @@ pipe = arjet.ARPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")   # o
 out = pipe("a red circle left of a blue square", sampler="sjd", seed=0)
 out.images[0]; out.stats[0]
 
-The public names are imported on first use, so `import arjet` (and `arjet --help`) needs no torch.
+The public names and the subpackages (`arjet.testing`, `arjet.data`, `arjet.eval`, ...) are imported on
+first use, so `import arjet` (and `arjet --help`) needs no torch.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+import typing
 
 __version__ = "0.1.0"
 
@@ -27,7 +26,27 @@ __all__ = [
     "samplers",
 ]
 
-if TYPE_CHECKING:
+# the parts of the package reachable as attributes (`arjet.testing.tiny_pipeline`); the command line is
+# not among them (it sits above this face), `import arjet.cli` still works
+SUBMODULES = (
+    "app",
+    "builtin",
+    "checks",
+    "data",
+    "eval",
+    "limits",
+    "pipelines",
+    "presets",
+    "reports",
+    "samplers",
+    "session",
+    "testing",
+    "train",
+    "vq",
+    "weights",
+)
+
+if typing.TYPE_CHECKING:
     from . import samplers
     from .builtin import available_models, load
     from .limits import Limits
@@ -35,23 +54,61 @@ if TYPE_CHECKING:
     from .presets import available_presets, random_pipeline
 
 
-def __getattr__(name: str) -> Any:
-    if name == "samplers":  # a subpackage: `from . import samplers` here would ask this function again
-        import arjet.samplers as samplers
-
-        return samplers
+def __getattr__(name: str) -> typing.Any:
+    if name in SUBMODULES:
+        return _submodule(name)
     if name in ("available_models", "load"):
-        from . import builtin as home
+        home = _submodule("builtin")
     elif name == "Limits":
-        from . import limits as home
+        home = _submodule("limits")
     elif name in ("available_presets", "random_pipeline"):
-        from . import presets as home
+        home = _submodule("presets")
     elif name in __all__:
-        from . import pipelines as home
+        home = _submodule("pipelines")
     else:
         raise AttributeError(f"module 'arjet' has no attribute {name!r}")
     return getattr(home, name)
 
 
+def _submodule(name: str) -> typing.Any:
+    """Import the part `name` (written out, one per line: the layer test reads every import by its name).
+    `import arjet.X as module` rather than `from . import X`: the latter would ask `__getattr__` again."""
+    if name == "app":
+        import arjet.app as module
+    elif name == "builtin":
+        import arjet.builtin as module
+    elif name == "checks":
+        import arjet.checks as module
+    elif name == "data":
+        import arjet.data as module
+    elif name == "eval":
+        import arjet.eval as module
+    elif name == "limits":
+        import arjet.limits as module
+    elif name == "pipelines":
+        import arjet.pipelines as module
+    elif name == "presets":
+        import arjet.presets as module
+    elif name == "reports":
+        import arjet.reports as module
+    elif name == "samplers":
+        import arjet.samplers as module
+    elif name == "session":
+        import arjet.session as module
+    elif name == "testing":
+        import arjet.testing as module
+    elif name == "train":
+        import arjet.train as module
+    elif name == "vq":
+        import arjet.vq as module
+    elif name == "weights":
+        import arjet.weights as module
+    else:
+        raise AttributeError(f"arjet has no part {name!r}; its parts: {', '.join(SUBMODULES)}")
+    return module
+
+
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names and parts, and the module's own dunders (no helper imports such as `typing`)."""
+    dunders = [name for name in globals() if name.startswith("__") and name.endswith("__")]
+    return sorted({*dunders, *__all__, *SUBMODULES})

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .pipelines.loading import assets_dir
+
 DEFAULT_MODEL = "shapes"
-
-
-def assets_dir() -> Path:
-    return Path(str(resources.files("arjet") / "assets"))
 
 
 def available_models() -> list[str]:
@@ -46,8 +43,6 @@ def load_model(name_or_path: str | None, *, device: str | None = None, dtype: An
     from .pipelines.loading import torch_dtype
 
     path = resolve_model(name_or_path)
-    if dtype is None and Path(path).resolve().parent == assets_dir().resolve():
-        dtype = "float32"
     if dtype is not None:
         kwargs["dtype"] = torch_dtype(dtype)
     pipe = ARPipeline.from_pretrained(path, **kwargs)

@@ -18,6 +18,8 @@ from .limits import Limits
 from .pipelines.text_tokenizer import build_word_tokenizer
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt")
+# each family's grid when the caller gives none: Janus decodes square grids only, the others any shape
+DEFAULT_GRIDS = {"janus": (2, 2), "emu3": (2, 3), "lumina_mgpt": (2, 3)}
 TINY_LIMITS = Limits(max_images_per_call=100_000)
 WORDS = [
     "a",
@@ -64,7 +66,7 @@ WORDS = [
 
 def tiny_pipeline(
     family: str,
-    grid: tuple[int, int] = (2, 3),
+    grid: tuple[int, int] | None = None,
     vocab_size: int = 8,
     seed: int = 0,
     *,
@@ -72,7 +74,9 @@ def tiny_pipeline(
     num_layers: int = 2,
     dtype: torch.dtype = torch.float32,
 ):
-    """A pipeline over a tiny random model of `family` that decodes a `grid` of codes in `0..vocab_size-1`.
+    """A pipeline over a tiny random model of `family` that decodes a `grid` of codes in `0..vocab_size-1`
+    (default: `DEFAULT_GRIDS[family]`). The random weights come from `seed` alone, drawn from a forked
+    random state: the caller's global torch RNG is left as it was.
 
     `logit_scale` multiplies the code head's weights: > 1 gives peakier next-code distributions (random
     tiny models are otherwise nearly uniform), which makes statistical sampler tests more discriminating.
@@ -80,13 +84,15 @@ def tiny_pipeline(
     """
     if family not in _BUILDERS:
         raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+    grid = DEFAULT_GRIDS[family] if grid is None else grid
     height, width = grid
     if not (isinstance(height, int) and isinstance(width, int) and height >= 1 and width >= 1):
         raise ValueError(f"grid must be two positive integers (rows, columns), got {grid!r}")
     if not checks.is_integer(vocab_size) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-    torch.manual_seed(seed)
-    pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        pipe = _BUILDERS[family](grid, vocab_size, logit_scale, num_layers)
     pipe.limits = TINY_LIMITS  # a tiny model decodes thousands of images at once for statistical tests
     if dtype != torch.float32:
         pipe.to(dtype=dtype)

@@ -61,3 +61,31 @@ def test_clicking_generate_renders_an_image(served_demo, tmp_path):
     colours = {tuple(c) for c in (pixels[::8, ::8] // 32).reshape(-1, 3).astype(int).tolist()}
     assert pixels.std() > 10 and len(colours) >= 4, "the screenshot shows no rendered image"
     assert PIL.Image.open(page_shot).size[0] == 1280
+
+
+def _dropdown_choices(page, label: str) -> list[str]:
+    """The choices the dropdown labelled `label` lists when opened."""
+    page.get_by_label(label, exact=True).click()
+    options = page.get_by_role("option")
+    options.first.wait_for(timeout=10_000)
+    names = options.evaluate_all("items => items.map(item => item.getAttribute('aria-label'))")
+    page.keyboard.press("Escape")
+    return names
+
+
+def test_the_sampler_list_follows_the_chosen_models_capabilities(served_demo):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(served_demo, wait_until="networkidle")
+        plain = _dropdown_choices(page, "Sampler")
+        page.get_by_label("Model", exact=True).click()
+        page.get_by_role("option", name="shapes-sjd2", exact=True).click()
+        page.wait_for_load_state("networkidle")
+        fine_tuned = _dropdown_choices(page, "Sampler")
+        browser.close()
+    # the page opens on `shapes`, which has no noise conditioning
+    assert "sjd" in plain and "sjd2" not in plain
+    assert "sjd2" in fine_tuned

@@ -141,3 +141,13 @@ def test_option_hints_come_from_the_registry():
     assert ui._option_hint("ar") == "" and all(
         ui._option_hint(name) is not None for name in samplers.available()
     )
+
+
+def test_each_model_is_offered_only_the_samplers_it_can_run(builtin_pipe):
+    import arjet
+    from arjet.app.ui import sampler_choices
+
+    plain = sampler_choices(builtin_pipe)
+    assert "sjd2" not in plain and {"ar", "sjd", "zipar", "lantern"} <= set(plain)
+    fine_tuned = sampler_choices(arjet.load("shapes-sjd2"))
+    assert "sjd2" in fine_tuned and set(plain) < set(fine_tuned)

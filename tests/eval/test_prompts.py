@@ -6,6 +6,7 @@ import types
 
 import pytest
 
+from arjet.cli import main
 from arjet.eval.prompts import PROMPT_SETS, available_prompt_sets, load_prompts
 
 SIZES = {"parti": 1632, "geneval": 553, "drawbench": 200, "coco5k": 5000, "coco30k": 30000, "dpg": 1065}
@@ -39,7 +40,8 @@ def test_the_data_folder_can_be_passed_instead_of_the_variable(prompts_dir, monk
 def test_a_missing_file_names_what_to_put_where(tmp_path, monkeypatch):
     monkeypatch.delenv("ARJET_PROMPTS_DIR", raising=False)
     with pytest.raises(
-        FileNotFoundError, match="set ARJET_PROMPTS_DIR=/path/to/prompts .* partiprompts/PartiPrompts.tsv"
+        FileNotFoundError,
+        match=r"point data_dir \(or ARJET_PROMPTS_DIR\) at the folder that holds partiprompts/PartiPrompts.tsv",
     ):
         load_prompts("parti")
     monkeypatch.setenv("ARJET_PROMPTS_DIR", str(tmp_path))
@@ -86,3 +88,15 @@ def test_the_builtin_set_comes_from_the_data_module(monkeypatch):
     assert load_prompts("shapes") == [f"scene {i}" for i in range(7)]
     assert load_prompts("shapes", n=2) == ["scene 0", "scene 1"]
     assert set(available_prompt_sets()) == {*PROMPT_SETS, "shapes"}
+
+
+@pytest.mark.parametrize("command", ["eval", "bench"])
+def test_the_command_line_names_its_own_option_for_the_data_folder(command, monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("ARJET_PROMPTS_DIR", raising=False)
+    argv = [command, "--prompts", "parti", "--n", "2", "--device", "cpu"]
+    assert main([*argv, "--out", str(tmp_path / "run")] if command == "eval" else argv) == 2
+    error = capsys.readouterr().err
+    assert (
+        "point --data-dir (or ARJET_PROMPTS_DIR) at the folder that holds partiprompts/PartiPrompts.tsv"
+        in error
+    )

@@ -1,16 +1,22 @@
 """An `arjet eval` run folder stays usable: nothing written before the settings pass, only arjet's own
-temporaries removed, foreign folders refused, the umask's modes kept, sampler lists compared as sets."""
+temporaries removed, foreign folders refused, the umask's modes kept, sampler lists compared as sets; and
+it stays the run's own: only its own records and images are read, one run at a time."""
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 
+import PIL.Image
 import pytest
+import torch
 
 from arjet.cli import main
 from arjet.eval import runner
 from arjet.eval.runner import run_eval
-from arjet.eval.scoring import MetricOptions
+from arjet.eval.scoring import MetricOptions, load_images
 from arjet.eval.settings import CONFIG_FILE, EvalSettings
 from arjet.testing import tiny_pipeline
 
@@ -136,3 +142,164 @@ def test_outputs_keep_the_umask_modes(model, tmp_path, umask):
     ):
         assert stat.S_IMODE((out / relative).stat().st_mode) == expected, relative
     assert json.loads((out / CONFIG_FILE).read_text())["samplers"] == ["ar", "zipar"]
+
+
+# -- a run reads only what it wrote ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(args(model, out)) == 0
+    return out
+
+
+def _copy(finished, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    return out
+
+
+def _record(out, **changes) -> str:
+    first = json.loads((out / "records" / "process-0.jsonl").read_text().splitlines()[0])
+    return json.dumps({**first, **changes}) + "\n"
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """A refusal must come before the model loads."""
+
+    def load(*_):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(runner, "_load_pipeline", load)
+
+
+def test_a_record_file_the_run_did_not_write_is_refused_by_name(
+    model, finished, tmp_path, capsys, no_model_load
+):
+    out = _copy(finished, tmp_path)
+    metrics = (out / "metrics.json").read_bytes()
+    (out / "records" / "extra.jsonl").write_text(_record(out, index=1, forward_passes=1))
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    assert f"{out / 'records' / 'extra.jsonl'} is not a record log of this run" in error
+    assert (out / "metrics.json").read_bytes() == metrics
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"image": "/etc/passwd"}, "its image '/etc/passwd' is not 'images/ar/0_0.png'"),
+        ({"image": "../ref/0.png"}, "its image '../ref/0.png' is not"),
+        ({"index": 7}, "prompt index 7 is not one of the run's 0 to 1"),
+        ({"sampler": "sjd"}, "sampler 'sjd' is not one of the run's ['ar', 'zipar']"),
+        ({"seed": 5}, "seed 5 is not one of the run's [0]"),
+        ({"prompt": "something else"}, "its prompt is not the run's prompt 0"),
+        ({"forward_passes": "many"}, "its forward_passes 'many' is not a number >= 0"),
+        ({}, "records image ('ar', 0, 0) a second time"),
+    ],
+)
+def test_a_record_the_run_would_not_write_is_refused_by_file_and_line(
+    model, finished, tmp_path, capsys, no_model_load, changes, reason
+):
+    out = _copy(finished, tmp_path)
+    log = out / "records" / "process-0.jsonl"
+    lines = len(log.read_text().splitlines())
+    with open(log, "a") as handle:
+        handle.write(_record(out, **changes))
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    assert f"{log}, line {lines + 1}" in error and reason in error
+
+
+def test_a_line_that_is_not_a_record_is_refused_but_a_line_cut_short_is_skipped(
+    model, finished, tmp_path, capsys
+):
+    out = _copy(finished, tmp_path)
+    log = out / "records" / "process-0.jsonl"
+    with open(log, "a") as handle:
+        handle.write('{"sampler": "ar", "ind')  # a kill mid-write: no newline yet
+    assert main(args(model, out)) == 0
+    with open(log, "a") as handle:
+        handle.write("[1, 2]\n")
+    assert main(args(model, out)) == 2
+    assert "is not a record (a JSON object)" in capsys.readouterr().err
+
+
+def test_images_outside_the_run_folder_are_not_read(tmp_path):
+    out = tmp_path / "run"
+    (out / "images" / "ar").mkdir(parents=True)
+    outside = tmp_path / "secret.png"
+    PIL.Image.new("RGB", (4, 4)).save(outside)
+    (out / "images" / "ar" / "0_0.png").symlink_to(outside)
+    with pytest.raises(
+        ValueError, match="'images/ar/0_0.png' of a record is not a file inside the run folder"
+    ):
+        next(load_images(out, [{"image": "images/ar/0_0.png"}]))
+
+
+# the lock of a run folder, held by another process until it is told to let go
+HOLD_LOCK = """
+import sys
+from arjet.eval.lock import run_folder_lock
+with run_folder_lock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_second_eval_into_a_busy_folder_is_refused_before_any_work(model, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "busy"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with monkeypatch.context() as patched:
+            patched.setattr(runner, "_load_pipeline", lambda *_: pytest.fail("the model was loaded"))
+            assert main(args(model, out)) == 2
+        error = capsys.readouterr().err
+        assert f"--out {str(out)!r} is busy: another arjet eval is writing this run now" in error
+        assert list(out.iterdir()) == []
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert main(args(model, out)) == 0  # the same command once the other run has ended
+
+
+def test_a_refused_start_leaves_no_folder_behind(model, tmp_path):
+    out = tmp_path / "never"
+    assert main([*args(model, out), "--height", "64"]) == 2
+    assert not out.exists()
+    (tmp_path / "file").write_text("mine")  # and a file where the folder should be is named, not locked
+    with pytest.raises(ValueError, match="is a file; pass a folder for the run"):
+        run_eval(_settings(model), PROMPTS, tmp_path / "file", MetricOptions(None, None), progress=False)
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_eval_compiles_like_generate_and_bench(model, tmp_path, capsys, monkeypatch):
+    """`--compile` is checked with the other options, stored with the run, and reaches every pipeline call
+    (inductor's compiler replaced by a recorder here: compiling for real takes minutes on a CPU)."""
+    assert main([*args(model, tmp_path / "gpu"), "--compile", "cuda-graphs"]) == 2
+    assert "--compile cuda-graphs needs a CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "gpu").exists()
+    compiled = []
+
+    def record(function, **options):
+        compiled.append(function)
+        return function
+
+    monkeypatch.setattr(torch, "compile", record)
+    out = tmp_path / "inductor"
+    assert main([*args(model, out), "--compile", "inductor"]) == 0
+    assert compiled and json.loads((out / CONFIG_FILE).read_text())["compile"] == "inductor"
+    assert main(args(model, out)) == 2  # eager is another run
+    assert "compile: 'inductor' there, False now" in capsys.readouterr().err
+
+
+def test_a_run_made_before_a_setting_existed_resumes_with_its_default(model, finished, tmp_path, monkeypatch):
+    out = _copy(finished, tmp_path)
+    config = json.loads((out / CONFIG_FILE).read_text())
+    del config["compile"]
+    (out / CONFIG_FILE).write_text(json.dumps(config))
+    calls = []
+    monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
+    assert main(args(model, out)) == 0 and not calls

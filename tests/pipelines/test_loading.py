@@ -172,3 +172,19 @@ def test_a_folder_saved_before_the_image_tokenizers_moved_still_loads(tmp_path):
     assert torch.equal(loaded("a red circle", seed=0).codes, pipe("a red circle", seed=0).codes)
     assert loading.current_module("arjet.tokenizers") == "arjet.vq"
     assert loading.current_module("arjet.session.noise") == "arjet.session.noise"
+
+
+# -- built-in names -------------------------------------------------------------------------------------
+def test_a_built_in_name_loads_the_built_in_model_in_float32(builtin_pipe):
+    pipe = arjet.ARPipeline.from_pretrained("shapes")
+    assert type(pipe) is type(builtin_pipe) and pipe.dtype == torch.float32
+    for (name, a), (_, b) in zip(
+        pipe.model.state_dict().items(), builtin_pipe.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_a_local_folder_wins_over_a_built_in_name(tmp_path, monkeypatch):
+    tiny_pipeline("emu3", grid=(2, 2), vocab_size=6).save_pretrained(tmp_path / "shapes")
+    monkeypatch.chdir(tmp_path)
+    assert type(arjet.ARPipeline.from_pretrained("shapes")) is arjet.Emu3Pipeline

@@ -96,7 +96,7 @@ def build_demo(
             with gr.Column(scale=1):
                 prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], max_lines=3)
                 model = gr.Dropdown(list(shelf.sources), value=next(iter(shelf.sources)), label="Model")
-                sampler = gr.Dropdown(names, value="sjd" if "sjd" in names else names[0], label="Sampler")
+                sampler = gr.Dropdown(names, value=_preferred(names), label="Sampler")
                 options = gr.Textbox(
                     label="Sampler options",
                     placeholder=_option_hint("sjd"),
@@ -122,6 +122,10 @@ def build_demo(
                     )
                 stats = gr.Markdown("Press **Generate**.", label="stats", elem_id="stats")
                 heat = gr.Image(label="Commit-step map", type="pil", format="png", elem_id="heat-map")
+        # the samplers the chosen model can run (its capabilities), when the page opens and on every change
+        offer = _offer_samplers(shelf)
+        demo.load(offer, [model, sampler], sampler, queue=False, api_visibility="private")
+        model.change(offer, [model, sampler], sampler, queue=False, api_visibility="private")
         sampler.change(
             lambda name: gr.update(placeholder=_option_hint(name), info=_options_info(name)),
             sampler,
@@ -139,6 +143,32 @@ def build_demo(
         )
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
+
+
+def sampler_choices(pipe) -> list[str]:
+    """The registered samplers (at their default settings) that `pipe` can run: those whose requirements
+    (`arjet.samplers.requirements`) its capabilities cover, e.g. no `sjd2` without noise conditioning."""
+    offered = pipe.capabilities()
+    return [
+        name for name in samplers.available() if set(samplers.requirements(samplers.get(name))) <= offered
+    ]
+
+
+def _preferred(names: list[str]) -> str:
+    return "sjd" if "sjd" in names else names[0]
+
+
+def _offer_samplers(shelf: ModelShelf):
+    """The event that narrows the sampler list to what the chosen model runs (keeping the choice if it can)."""
+
+    def offer(label: str, current: str):
+        try:
+            names = sampler_choices(shelf.get(label))
+        except (ValueError, FileNotFoundError) as error:
+            raise _refused(str(error)) from None
+        return gr.update(choices=names, value=current if current in names else _preferred(names))
+
+    return offer
 
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, **launch: Any):

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
     sampling = sampling_options(args)
     compile = compile_argument(args)
-    prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir)
+    prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir, data_dir_option="--data-dir")
 
     # 2. the model, then the bench
     call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}

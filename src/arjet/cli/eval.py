@@ -25,11 +25,13 @@ from ..limits import DEFAULT_LIMITS
 from . import types
 from .options import (
     add_command,
+    add_compile_argument,
     add_model_arguments,
     add_sampling_arguments,
     add_size_arguments,
     apply_threads,
     check_model_arguments,
+    compile_argument,
     note,
     parse_specs,
     sampling_options,
@@ -98,6 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_size_arguments(parser)
     add_sampling_arguments(parser)
+    add_compile_argument(parser)
     parser.add_argument(
         "--fid-features",
         metavar="SPEC",
@@ -210,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
     seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
     seeds = parse_seeds(seed_text, option=seed_option)
     sampling = sampling_options(args)
+    compile = compile_argument(args)
     checks.output_dir("--out", args.out)
     if args.stats_cache:
         checks.output_dir("--stats-cache", args.stats_cache)
@@ -217,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     state = join_processes(args.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        prompts = load_prompts(args.prompts, args.n, args.data_dir)
+        prompts = load_prompts(args.prompts, args.n, args.data_dir, data_dir_option="--data-dir")
     prompts = prompts if args.n is not None else prompts[:DEFAULT_N]
     if state.is_main_process:
         if args.seeds is not None:
@@ -248,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
         height=args.height,
         width=args.width,
         dtype=args.dtype,
+        compile=compile,
         **sampling.kwargs(),
     )
     options = MetricOptions(

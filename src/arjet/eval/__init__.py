@@ -9,7 +9,8 @@ One module per job (nothing heavy is imported with the package, so `arjet --help
 - `metrics` — FID (torchmetrics) with cached reference statistics, CLIP score;
 - `speed` — the per-sampler speed summary (forward passes, ratios against `ar`) bench and eval share;
 - `bench`, `floor` — `run_bench`: samplers timed side by side, against the bandwidth floor of a forward;
-- `settings`, `records`, `atomic` — the run folder: settings, one JSON line per image, atomic writes;
+- `settings`, `records`, `atomic`, `lock` — the run folder: settings, one JSON line per image (only the
+  run's own are read), atomic writes, one run at a time;
 - `runner` — `run_eval`: generation, resumable and sharded with Accelerate;
 - `scoring`, `report` — per-sampler rows, `metrics.json`, `report.md` (with notes on what the figures
   can and cannot say), plots;

@@ -21,8 +21,11 @@ would go to the network; put such a model in a CLIP folder with its tokenizer fi
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,8 @@ from ..weights import load_tensors
 
 DOMAIN_CLIP_VARIABLE = "ARJET_DOMAIN_CLIP"
 DOMAIN_CLIP_FOLDER = "shapes-clip"
+# what open_clip logs for a model built without weights; arjet loads them right after (`_load`)
+RANDOM_INIT_NOTE = "No pretrained weights loaded for model"
 CONFIG_FILE = "open_clip_config.json"
 WEIGHTS_FILE = "open_clip_model.safetensors"
 CLIP_SPECS = "domain, domain:<folder>, open_clip:<model name>:<weights file>"
@@ -171,13 +176,30 @@ def _load(source: ClipSource) -> OpenCLIP:
 
     name = f"local-dir:{source.path}" if source.kind == "folder" else source.name
     weights = source.path / WEIGHTS_FILE if source.kind == "folder" else source.path
-    model = open_clip.create_model(name, load_weights=False, pretrained_text=False)
+    with _without_random_init_note():
+        model = open_clip.create_model(name, load_weights=False, pretrained_text=False)
     try:
         open_clip.load_checkpoint(model, str(weights), weights_only=True)
     except Exception as error:  # pickle refusals, malformed files, tensors that do not fit the architecture
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"cannot load {weights} into {name} ({reason}); {OPEN_CLIP_PROVIDE}") from None
     return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
+
+
+@contextlib.contextmanager
+def _without_random_init_note() -> Iterator[None]:
+    """open_clip's "No pretrained weights loaded ... Model initialized randomly" (a root-logger warning) is
+    untrue where arjet loads the weights itself, right after: drop that message only, any other shows."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(RANDOM_INIT_NOTE)
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def _folder_config(folder: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Prompt sets by name (`parti`, `geneval`, `drawbench`, `coco5k`, `coco30k`, `dpg`, `shapes`) or from a file.
 
-The public sets are not shipped with arjet (their licences differ); point `ARJET_PROMPTS_DIR` (or the
-`data_dir` argument) at a folder laid out like the one below, and a missing file gives an error that
+The public sets are not shipped with arjet (their licences differ); point the `data_dir` argument (the
+command line's `--data-dir`, or `ARJET_PROMPTS_DIR`) at a folder laid out like the one below, and a missing file gives an error that
 names exactly what to put where. `shapes` is the built-in domain's fixed held-out set and needs no files.
 Files: `.txt` (one prompt per line), `.tsv` / `.csv` (a `Prompt` / `prompt` / `caption` column), `.jsonl`
 (a `prompt` / `caption` / `text` field per line).
@@ -77,17 +77,23 @@ def prompts_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
 
 
 def load_prompts(
-    name_or_file: str, n: int | None = None, data_dir: str | os.PathLike | None = None
+    name_or_file: str,
+    n: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    data_dir_option: str = "data_dir",
 ) -> list[str]:
     """The first `n` prompts (all when None) of a named set or a prompt file. Asking for more prompts than
-    the set holds warns and returns them all."""
+    the set holds warns and returns them all. `data_dir` is the folder of the public sets (default:
+    `$ARJET_PROMPTS_DIR`); `data_dir_option` is how the caller's user spells it (the command line:
+    `--data-dir`), for the message when a set's file is not there."""
     checks.optional_integer("n", n, 1)
     if name_or_file in BUILTIN_SETS:
         from ..data import heldout_set
 
         prompts = [item["prompt"] for item in heldout_set()]
     elif name_or_file in PROMPT_SETS:
-        prompts = read_prompt_file(_named_file(PROMPT_SETS[name_or_file], data_dir))
+        prompts = read_prompt_file(_named_file(PROMPT_SETS[name_or_file], data_dir, data_dir_option))
     elif Path(name_or_file).expanduser().is_file():
         prompts = read_prompt_file(Path(name_or_file).expanduser())
     else:
@@ -104,20 +110,19 @@ def load_prompts(
     return prompts[:n] if n is not None else prompts
 
 
-def _named_file(prompt_set: PromptSet, data_dir: str | os.PathLike | None) -> Path:
+def _named_file(prompt_set: PromptSet, data_dir: str | os.PathLike | None, option: str) -> Path:
     root = prompts_dir(data_dir)
+    where = f"point {option} (or {PROMPTS_DIR_VARIABLE}) at the folder that holds {prompt_set.relative_path}"
     if root is None:
         raise FileNotFoundError(
             f"prompt set {prompt_set.name!r} ({prompt_set.description}, from {prompt_set.source}) is not shipped "
-            f"with arjet: set {PROMPTS_DIR_VARIABLE}=/path/to/prompts (or pass data_dir) where "
-            f"{prompt_set.relative_path} exists"
+            f"with arjet: {where}"
         )
     path = root / prompt_set.relative_path
     if not path.is_file():
         raise FileNotFoundError(
             f"prompt set {prompt_set.name!r} expects the file {path} ({prompt_set.description}, from "
-            f"{prompt_set.source}); put it there or point {PROMPTS_DIR_VARIABLE} at the folder that holds "
-            f"{prompt_set.relative_path}"
+            f"{prompt_set.source}); put it there or {where}"
         )
     return path
 

@@ -1,9 +1,11 @@
 """One JSON line per finished image, written so that a run killed at any point loses nothing finished.
 
 Each process appends to its own log, `OUT/records/process-<rank>.jsonl`, one `write` per line after the
-image file is in place; a record therefore means "this image is done". A line cut short by a kill is
-skipped when read and cut off before the process appends again. `read_records` gathers every log (any
-number of processes, from any number of runs) into one list; `write_merged` writes the sorted
+image file is in place; a record therefore means "this image is done". A line cut short by a kill (no
+newline yet) is skipped when read and cut off before the process appends again. `read_records` gathers
+the logs of every process (any number, from any number of runs of the same settings) into one list and
+reads nothing else: another file in `OUT/records/`, a line that is not a record, a record the run would
+not write (`check`) or a second record of one image is refused by name. `write_merged` writes the sorted
 `OUT/records.jsonl` at the end.
 """
 
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from .atomic import write_text
 
 RECORDS_DIR = "records"
 MERGED_RECORDS = "records.jsonl"
+LOG_NAME = re.compile(r"process-(0|[1-9][0-9]{0,5})\.jsonl")  # `RecordLog`'s names, nothing else
 
 Key = tuple[str, int, int]  # (sampler spec, prompt index, seed)
 
@@ -53,17 +57,56 @@ class RecordLog:
             os.close(descriptor)
 
 
-def read_records(out: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every complete record in `OUT/records/*.jsonl`, one per key (a later duplicate wins)."""
+def read_records(
+    out: str | os.PathLike, check: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every complete record of the logs in `OUT/records/`, each checked with `check` (which raises
+    ValueError for a record the run would not write). ValueError naming the file (and line) for anything
+    else there: a file that is not a process log, a line that is not a JSON object, a second record of
+    the same image."""
+    folder = Path(out) / RECORDS_DIR
     records: dict[Key, dict[str, Any]] = {}
-    for path in sorted((Path(out) / RECORDS_DIR).glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not LOG_NAME.fullmatch(path.name) or path.is_symlink() or not path.is_file():
+            raise ValueError(
+                f"{path} is not a record log of this run (arjet writes only process-<rank>.jsonl files there, and "
+                "reads nothing else); remove it, or pass a new --out"
+            )
+        for number, record in _log_lines(path):
+            where = f"{path}, line {number}"
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill: its image is made again
-            records[record_key(record)] = record
+                key = record_key(record)
+                hash(key)  # a list where a number belongs is not a key
+                if check is not None:
+                    check(record)
+            except (KeyError, TypeError, ValueError) as error:
+                reason = f"no {error} field" if isinstance(error, KeyError) else str(error)
+                raise ValueError(
+                    f"{where} is not a record this run wrote ({reason}); remove it, or pass a new --out"
+                ) from None
+            if key in records:
+                raise ValueError(
+                    f"{where} records image {key} a second time (a run records each image once); remove the line, "
+                    "or pass a new --out"
+                )
+            records[key] = record
     return list(records.values())
+
+
+def _log_lines(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line number, record) for every newline-terminated line of a log; the text after the last newline,
+    a line cut short by a kill, is left out (`RecordLog` cuts it off before appending)."""
+    lines = path.read_bytes().split(b"\n")[:-1]
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = None
+        if not isinstance(record, dict):
+            raise ValueError(
+                f"{path}, line {number} is not a record (a JSON object); remove it, or pass a new --out"
+            )
+        yield number, record
 
 
 def sort_records(records: Iterable[dict[str, Any]], samplers: Sequence[str]) -> list[dict[str, Any]]:

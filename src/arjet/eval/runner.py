@@ -20,7 +20,9 @@ exactly `pipe(prompts, seed=s).images[i]`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import math
 import os
 import re
 import statistics
@@ -35,6 +37,7 @@ import torch
 from .. import checks
 from .. import samplers as sampler_registry
 from .atomic import remove_temporaries, save_image
+from .lock import run_folder_lock
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
 from .scoring import MetricOptions, score_run
 from .settings import EvalSettings, check_out_dir, write_config
@@ -42,6 +45,13 @@ from .speed import speed_summaries
 
 IMAGES_DIR = "images"
 COMMIT_MAPS = 8  # the records of the first prompts keep their commit-step map (the plot shows some)
+RECORD_FIGURES = (
+    "forward_passes",
+    "tokens",
+    "compression",
+    "seconds",
+    "mean_accepted",
+)  # what the report averages
 
 
 @dataclass(frozen=True)
@@ -108,46 +118,49 @@ def run_eval(
         checks.seed("seed", seed, settings.n)  # prompt i uses seed + i
     metrics.check()
     out = Path(out)
+    check_out_dir(out, settings)  # a file or a foreign folder fails here; checked again under the lock
 
-    # 2. processes, the out dir, the pipeline and its checks; config.json only once all passed
+    # 2. processes, the out dir (the main process locks it: one run at a time), the pipeline and its
+    # checks; config.json only once all passed
     state = join_processes(device)
-    resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
-    pipe = _load_pipeline(settings, device or state.device)
-    check_calls(pipe, settings, prompts, instances, batch_size)
-    wait_for_everyone(state)
-    if state.is_main_process:
-        if resuming:  # half-written files of a killed run; no process writes yet
-            remove_temporaries(run_folders(out, folders.values()))
-        else:
-            write_config(out, settings)
-    wait_for_everyone(state)
-    done = {record_key(r) for r in read_records(out)}
-    log = RecordLog(out, state.process_index)
-    wait_for_everyone(state)  # no process writes a record before all have read the finished ones
-
-    # 3. generate, sampler by sampler
-    jobs = plan(settings)
-    worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
-    for spec in run_order(settings.samplers):
-        todo = [job for job in jobs if job.sampler == spec and job.key not in done]
-        with state.split_between_processes(todo) as mine:
-            worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
+    with run_folder_lock(out) if state.is_main_process else contextlib.nullcontext(out):
+        resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
+        own = record_check(settings, prompts, folders)  # a foreign record fails here, before the model loads
+        done = {record_key(r) for r in read_records(out, own)}  # read by all before any process writes one
+        pipe = _load_pipeline(settings, device or state.device)
+        check_calls(pipe, settings, prompts, instances, batch_size)
         wait_for_everyone(state)
         if state.is_main_process:
-            print(summary_line(spec, settings.samplers, read_records(out)), flush=True)
-    if not state.is_main_process:
+            if resuming:  # half-written files of a killed run; no process writes yet
+                remove_temporaries(run_folders(out, folders.values()))
+            else:
+                write_config(out, settings)
+        wait_for_everyone(state)
+        log = RecordLog(out, state.process_index)
+
+        # 3. generate, sampler by sampler
+        jobs = plan(settings)
+        worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
+        for spec in run_order(settings.samplers):
+            todo = [job for job in jobs if job.sampler == spec and job.key not in done]
+            with state.split_between_processes(todo) as mine:
+                worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
+            wait_for_everyone(state)
+            if state.is_main_process:
+                print(summary_line(spec, settings.samplers, read_records(out, own)), flush=True)
+        if not state.is_main_process:
+            state.destroy_process_group()
+            return None
+
+        # 4. score and report on the main process
+        from .report import write_report
+
+        records = sort_records(read_records(out, own), settings.samplers)
+        write_merged(out, records)
+        results, info = score_run(records, settings.samplers, out, metrics, pipe.device)
+        result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
         state.destroy_process_group()
-        return None
-
-    # 4. score and report on the main process
-    from .report import write_report
-
-    records = sort_records(read_records(out), settings.samplers)
-    write_merged(out, records)
-    results, info = score_run(records, settings.samplers, out, metrics, pipe.device)
-    result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
-    state.destroy_process_group()
-    return result
+        return result
 
 
 def check_calls(
@@ -162,6 +175,38 @@ def check_calls(
     step = pipe.limits.max_images_per_call
     for start in range(0, len(prompts), step):
         pipe.check_inputs(list(prompts[start : start + step]), **kwargs)
+
+
+def image_path(folder: str, index: int, seed: int) -> str:
+    """Where a run saves the image of prompt `index` with seed `seed`, relative to the run folder."""
+    return f"{IMAGES_DIR}/{folder}/{index}_{seed}.png"
+
+
+def record_check(settings: EvalSettings, prompts: Sequence[str], folders: dict[str, str]):
+    """A check (`read_records(out, check)`) that raises ValueError for a record this run would not write:
+    a sampler, prompt index or seed outside the run, another prompt, an image other than the file the run
+    saves for it, or figures that are not numbers."""
+    seeds = set(settings.seeds)
+
+    def check(record: dict[str, Any]) -> None:
+        sampler, index, seed = record_key(record)
+        if sampler not in folders:
+            raise ValueError(f"sampler {sampler!r} is not one of the run's {settings.samplers}")
+        if not checks.is_integer(index) or not 0 <= index < settings.n:
+            raise ValueError(f"prompt index {index!r} is not one of the run's 0 to {settings.n - 1}")
+        if not checks.is_integer(seed) or seed not in seeds:
+            raise ValueError(f"seed {seed!r} is not one of the run's {settings.seeds}")
+        expected = image_path(folders[sampler], index, seed)
+        if record.get("image") != expected:
+            raise ValueError(f"its image {record.get('image')!r} is not {expected!r}, the file the run saves")
+        if record.get("prompt") != prompts[index]:
+            raise ValueError(f"its prompt is not the run's prompt {index}")
+        for name in RECORD_FIGURES:
+            value = record.get(name)
+            if not checks.is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"its {name} {value!r} is not a number >= 0")
+
+    return check
 
 
 def run_folders(out: Path, sampler_folders: Iterable[str]) -> list[Path]:
@@ -234,7 +279,7 @@ class _Worker:
             **self.call_kwargs,
         )
         for job, image, codes, stat in zip(batch, result.images, result.codes, result.stats, strict=True):
-            relative = f"{IMAGES_DIR}/{self.folders[spec]}/{job.index}_{job.seed}.png"
+            relative = image_path(self.folders[spec], job.index, job.seed)
             save_image(image, self.out / relative)
             self.log.append(make_record(job, self.prompts[job.index], relative, codes, stat, len(batch)))
 

@@ -64,9 +64,16 @@ class SamplerResult:
 
 
 def load_images(out: Path, records: Sequence[dict[str, Any]]) -> Iterator[PIL.Image.Image]:
-    """The images of `records`, opened one at a time (a run may hold more than fits in memory)."""
+    """The images of `records`, opened one at a time (a run may hold more than fits in memory); an image
+    that is not a file inside the run folder `out` (through a link, say) is a ValueError naming it."""
+    root = out.resolve()
     for record in records:
-        with PIL.Image.open(out / record["image"]) as image:
+        path = (out / record["image"]).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise ValueError(
+                f"image {record['image']!r} of a record is not a file inside the run folder {out}"
+            )
+        with PIL.Image.open(path) as image:
             yield image.convert("RGB")
 
 

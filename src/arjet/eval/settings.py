@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class EvalSettings:
     top_k: int | None = None
     top_p: float | None = None
     dtype: str | None = None
+    compile: bool | str = False  # the pipeline's `compile=` (rounding may differ from eager: part of a run)
     version: int = 1  # of this layout
 
     @staticmethod
@@ -47,7 +48,12 @@ class EvalSettings:
 
     def call_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every pipeline call."""
-        return {"height": self.height, "width": self.width, **self.sampling().kwargs()}
+        return {
+            "height": self.height,
+            "width": self.width,
+            "compile": self.compile,
+            **self.sampling().kwargs(),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +83,9 @@ def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
     if not isinstance(stored, dict):
         raise ValueError(f"{path} is not an arjet run's settings (not a JSON object); pass a new --out")
     wanted = json.loads(json.dumps(settings.to_dict()))  # tuples -> lists, as stored
+    # a setting added since a run was made reads as its default there (such a run was made with it)
+    defaults = {field.name: field.default for field in fields(EvalSettings) if field.default is not MISSING}
+    stored = {**defaults, **stored}
     differences = [
         f"{key}: {stored.get(key)!r} there, {wanted.get(key)!r} now"
         for key in sorted(set(stored) | set(wanted))

@@ -9,7 +9,9 @@ are declared and checked in `inputs.py`, the per-step plumbing is `callbacks.py`
 from __future__ import annotations
 
 import time
+import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +40,7 @@ from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
 from .callbacks import StepHook
+from .components import load_component, weight_classes
 from .inputs import (
     OUTPUT_TYPES,
     CheckedInputs,
@@ -48,7 +51,7 @@ from .inputs import (
     prompt_list,
     text_tokens,
 )
-from .loading import checkpoint_kind, resolve_checkpoint, update_module_paths
+from .loading import checkpoint_kind, is_builtin, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
 
 # what a pipeline may offer a sampler beyond the session's contract (a sampler declares what it needs in
@@ -80,6 +83,8 @@ class BaseARPipeline(DiffusionPipeline):
     supports_negative_prompt: ClassVar[bool] = False
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
+    # weights of a component this family never reads (by prefix), which its checkpoints may therefore lack
+    unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {}
     noise_conditioning: NoiseConditioning | None = None  # the optional component (SJD2's fine-tune)
     _interrupt: bool = False  # a step callback sets it to stop the decode
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
@@ -88,16 +93,25 @@ class BaseARPipeline(DiffusionPipeline):
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str, **kwargs: Any):
+    def from_pretrained(cls, pretrained_model_name_or_path: str, *, strict: bool = True, **kwargs: Any):
         """Load a saved arjet pipeline folder of this class, or a bare transformers checkpoint of this family
-        (a local folder or a hub id in the local cache), e.g.
-        `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A hub id that is not cached is
-        downloaded only with `local_files_only=False`. `arjet.ARPipeline.from_pretrained` picks the class."""
+        (a local folder, a built-in model's name such as `"shapes"`, or a hub id in the local cache), e.g.
+        `JanusPipeline.from_pretrained("deepseek-community/Janus-Pro-1B")`. A local folder wins over a
+        built-in name. A hub id that is not cached is downloaded only with `local_files_only=False`.
+        `arjet.ARPipeline.from_pretrained` picks the class. Built-in models load in float32 unless `dtype=`
+        says otherwise, as with `arjet.load`.
+
+        Every weight component (the model, a VQ, noise conditioning) must match its checkpoint: weights
+        missing from the folder or not in the model are a ValueError naming the component and some keys.
+        `strict=False` loads what matches and leaves the rest at its random initialisation."""
+        checks.boolean("strict", strict)
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
         )
         kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
+        if is_builtin(folder) and kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
+            kwargs["dtype"] = torch.float32  # shipped in bfloat16 to stay small; float32 is faster on CPU
         kind, name = checkpoint_kind(folder)
         if kind == "pipeline":
             if cls.model_type and name != cls.__name__:
@@ -105,12 +119,41 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{folder} holds a saved {name}, not a {cls.__name__}: load it with "
                     f"{name}.from_pretrained(...) or arjet.ARPipeline.from_pretrained(...), which picks the class"
                 )
-            return super().from_pretrained(folder, **kwargs)
+            components = cls.weight_components(folder, strict, kwargs)
+            return super().from_pretrained(folder, **kwargs, **components)
         if name != cls.model_type:
             raise ValueError(
                 f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
             )
-        return cls(**cls.components_from_transformers(folder, **kwargs))
+        return cls(**cls.components_from_transformers(folder, strict=strict, **kwargs))
+
+    @classmethod
+    def weight_components(cls, folder: Path, strict: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The weight components a saved pipeline folder names (model, VQ, noise conditioning ...), each loaded
+        with its loader's report checked (`arjet.pipelines.components`); diffusers then assembles the
+        pipeline from them and loads the rest (tokenizers). Components passed in `kwargs` are kept."""
+        index = cls.load_config(folder)
+        hints = typing.get_type_hints(cls.__init__)
+        dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+        loaded = {}
+        for name, entry in index.items():
+            if name in kwargs or not (isinstance(entry, list) and len(entry) == 2 and entry[1]):
+                continue
+            classes = weight_classes(hints.get(name))
+            if not classes:
+                continue  # holds no weights (a tokenizer)
+            chosen = [option for option in classes if option.__name__ == entry[1]]
+            if not chosen:
+                raise ValueError(
+                    f"{folder}/model_index.json names {entry[1]} for component {name!r}; {cls.__name__} takes "
+                    f"{' or '.join(option.__name__ for option in classes)}"
+                )
+            extra = {} if dtype is None else {"dtype": dtype}
+            unread = cls.unread_weights.get(name, ())
+            loaded[name] = load_component(
+                chosen[0], folder / name, name, strict=strict, unread=unread, **extra
+            )
+        return loaded
 
     @classmethod
     def load_config(cls, *args: Any, **kwargs: Any):
@@ -122,15 +165,19 @@ class BaseARPipeline(DiffusionPipeline):
 
     @classmethod
     def components_from_transformers(
-        cls, folder, dtype: torch.dtype | None = None, **kwargs: Any
+        cls, folder, dtype: torch.dtype | None = None, *, strict: bool = True, **kwargs: Any
     ) -> dict[str, Any]:
-        """The pipeline's components built from a bare transformers checkpoint folder."""
+        """The pipeline's components built from a bare transformers checkpoint folder (`strict`: see
+        `from_pretrained`)."""
         from transformers import AutoTokenizer
 
         dtype = kwargs.pop("torch_dtype", dtype)
         if kwargs:
             raise ValueError(f"unexpected arguments for {cls.__name__}.from_pretrained: {sorted(kwargs)}")
-        model = cls.model_class.from_pretrained(folder, dtype=dtype or "auto").eval()
+        unread = cls.unread_weights.get("model", ())
+        model = load_component(
+            cls.model_class, folder, "model", strict=strict, unread=unread, dtype=dtype or "auto"
+        ).eval()
         return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
 
     # -- family hooks -------------------------------------------------------------------------------

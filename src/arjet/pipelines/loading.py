@@ -1,11 +1,12 @@
-"""Finding a checkpoint on disk (a local folder, or a hub id already in the Hugging Face cache), the dtypes
-and the device a pipeline loads onto. Light on purpose: the command line checks `--model` and `--dtype`
-with these before torch is imported."""
+"""Finding a checkpoint on disk (a local folder, a model shipped in the package, or a hub id already in the
+Hugging Face cache), the dtypes and the device a pipeline loads onto. Light on purpose: the command line
+checks `--model` and `--dtype` with these before torch is imported."""
 
 from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,31 @@ DTYPES = ("float32", "bfloat16", "float16")
 MOVED_MODULES = {"arjet.tokenizers": "arjet.vq", "arjet.text_tokenizer": "arjet.pipelines.text_tokenizer"}
 
 
+def assets_dir() -> Path:
+    """Where the package keeps the models it ships (`arjet/assets`)."""
+    return Path(str(resources.files("arjet") / "assets"))
+
+
+def builtin_folder(name: str) -> Path | None:
+    """The folder of the built-in pipeline `name` shipped in the package (`arjet.load(name)`), else None."""
+    if not name or name != Path(name).name:  # a bare name, never a path into or out of the assets
+        return None
+    folder = assets_dir() / name
+    return folder if (folder / "model_index.json").is_file() else None
+
+
+def is_builtin(folder: str | os.PathLike) -> bool:
+    """Whether `folder` is one of the pipelines shipped in the package."""
+    return Path(folder).resolve().parent == assets_dir().resolve()
+
+
 def resolve_checkpoint(
     name_or_path: str | os.PathLike, *, local_files_only: bool = True, **hub_kwargs: Any
 ) -> Path:
     """A local folder for `name_or_path`, or a `FileNotFoundError` that says what folder to provide.
 
-    A hub id is looked up in the local Hugging Face cache only: nothing is downloaded unless the caller
+    A local folder comes first; then a built-in model's name (`"shapes"`, see `arjet.available_models()`);
+    then a hub id, looked up in the local Hugging Face cache only: nothing is downloaded unless the caller
     passes `local_files_only=False` (then `huggingface_hub` downloads it, unless `HF_HUB_OFFLINE=1`).
     Whatever fails, the error names the local folder to pass instead.
     """
@@ -34,6 +54,9 @@ def resolve_checkpoint(
     if path.is_dir():
         return path
     text = str(name_or_path)
+    shipped = builtin_folder(text)
+    if shipped is not None:
+        return shipped
     if text.startswith((".", "/", "~")) or text.count("/") != 1 or path.exists():
         raise FileNotFoundError(
             f"no checkpoint folder at {text!r}: pass the path of a local folder holding the model "

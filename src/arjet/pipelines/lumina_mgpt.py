@@ -25,6 +25,7 @@ from ..session.decoder import LlamaStackDecoder
 from ..session.noise import NoiseConditioning
 from ..vq.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
+from .components import load_component
 from .prompts import encode_with_prompt, left_pad_rows
 
 GRID_UNIT = 32  # pixels per height/width token
@@ -94,6 +95,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
     default_guidance_scale: ClassVar[float] = 3.0
     default_top_k: ClassVar[int | None] = 2000
     max_aspect_ratio: ClassVar[float] = 4.0
+    # transformers' Chameleon VQ encoder: images decode through arjet's VQGAN, and Lumina-mGPT's fine-tuning
+    # deletes `model.vqmodel` before saving, so its checkpoints lack these weights
+    unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {"model": ("model.vqmodel.",)}
 
     def __init__(
         self,
@@ -119,6 +123,8 @@ class LuminaMGPTPipeline(BaseARPipeline):
         folder,
         vqgan: ChameleonVQGAN | str | Path | None = None,
         resolution: int | None = None,
+        *,
+        strict: bool = True,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Bare Lumina-mGPT checkpoint + the converted VQGAN (`vqgan=` a folder or module; default
@@ -133,8 +139,8 @@ class LuminaMGPTPipeline(BaseARPipeline):
                     f"Lumina-mGPT needs the Chameleon VQGAN decoder, expected at {location}: convert Meta's "
                     "vqgan.ckpt with `arjet convert-vqgan vqgan.ckpt OUT --config vqgan.yaml` and pass vqgan=OUT"
                 )
-            vqgan = ChameleonVQGAN.from_pretrained(location)
-        components = super().components_from_transformers(folder, **kwargs)
+            vqgan = load_component(ChameleonVQGAN, location, "vqgan", strict=strict)
+        components = super().components_from_transformers(folder, strict=strict, **kwargs)
         return {**components, "vqgan": vqgan.eval(), "resolution": resolution}
 
     # -- hooks --------------------------------------------------------------------------------------

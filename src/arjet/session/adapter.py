@@ -53,12 +53,13 @@ class ModelAdapter:
 
 def run_decoder(backbone, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:
     """`hidden_states` for a transformers decoder stack (`LlamaModel`-like): explicit positions and mask,
-    the session's cache, last hidden state out."""
+    the session's cache (the `cache` argument: transformers 5.24 renamed `past_key_values`, which goes in
+    5.40), last hidden state out."""
     output = backbone(
         inputs_embeds=inputs_embeds,
         position_ids=position_ids,
         attention_mask=attention_mask,
-        past_key_values=cache,
+        cache=cache,
         use_cache=cache is not None,
     )
     return output.last_hidden_state

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 
+from ..pipelines.components import load_component
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
 from .configs import ARTrainConfig
@@ -165,7 +166,7 @@ def train_ar(config: ARTrainConfig) -> Path:
         pipe = JanusPipeline.from_pretrained(config.init, dtype=torch.float32)
         model, tokenizer = pipe.model.to(config.device), pipe.tokenizer
     else:
-        vq = JanusVQVAE.from_pretrained(config.vq).eval()
+        vq = load_component(JanusVQVAE, config.vq, "vq").eval()
         tokenizer = build_janus_tokenizer(config.words or domain_words(seed=config.seed))
         model = build_model(config, vq, len(tokenizer), tokenizer.pad_token_id).to(config.device)
         pipe = JanusPipeline(model=model, tokenizer=tokenizer)

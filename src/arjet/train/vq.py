@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import JanusVQVAE, JanusVQVAEConfig
 
+from ..pipelines.components import load_component
 from .configs import VQTrainConfig
 from .scaffold import TrainingRun
 
@@ -140,7 +141,7 @@ def evaluate_vq(path: str | Path, count: int = 1000, device: str = "cpu") -> dic
     """Held-out reconstruction PSNR (mean, 10th percentile) and codebook usage."""
     from ..data import heldout_set, render_reference, to_tensor
 
-    vq = JanusVQVAE.from_pretrained(path).to(device).eval()
+    vq = load_component(JanusVQVAE, path, "vq").to(device).eval()
     size = vq.config.num_patches * 2 ** (len(vq.config.channel_multiplier) - 1)
     items = heldout_set(count)
     values, used = [], set()

@@ -1,0 +1,113 @@
+"""Loading a weight component (a transformers model, a VQ, noise conditioning, ...) with its loader's report
+read: a checkpoint whose weights do not match the model (renamed, another model's, cut short) is an error
+naming the component and some of the keys, never a model left partly at its random initialisation.
+
+transformers and diffusers both load such a folder, initialise what is missing at random and only log a
+report; arjet asks the loader for that report (`output_loading_info=True`) and refuses instead, unless the
+caller passes `strict=False`.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
+# the loggers that print the loaders' own reports, silenced while arjet reports the mismatch itself
+REPORT_LOGGERS = ("transformers.modeling_utils", "diffusers.models.modeling_utils")
+
+
+def load_component(
+    model_class: Any,
+    folder: str | Path,
+    component: str,
+    *,
+    strict: bool = True,
+    unread: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Any:
+    """`model_class.from_pretrained(folder, **kwargs)` for the pipeline component `component`; ValueError
+    when the folder's weights and the model's differ, unless `strict=False` (then what matches loads and
+    the rest keeps its random initialisation, with the loader's own report printed). Weights under the
+    prefixes `unread` (parts of the model the pipeline never runs) may be missing."""
+    if not strict:
+        return model_class.from_pretrained(folder, **kwargs)
+    with _quiet(REPORT_LOGGERS):
+        model, report = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    check_load_report(component, model_class, folder, report, unread)
+    return model
+
+
+def check_load_report(
+    component: str,
+    model_class: Any,
+    folder: str | Path,
+    report: dict[str, Any],
+    unread: tuple[str, ...] = (),
+) -> None:
+    """Raise a ValueError naming `component` and a few keys when the loader's `report` (transformers' or
+    diffusers' `output_loading_info`) lists weights missing from the checkpoint (other than under the
+    prefixes `unread`) or not in the model."""
+    report = {
+        **report,
+        "missing_keys": [k for k in report.get("missing_keys") or () if not k.startswith(unread)],
+    }
+    kinds = (
+        ("missing_keys", "of the model's weights are not in the checkpoint"),
+        ("unexpected_keys", "of the checkpoint's weights are not in the model"),
+        ("mismatched_keys", "weights have another shape in the checkpoint"),
+    )
+    found = []
+    for field, what in kinds:
+        keys = sorted(_key_name(key) for key in report.get(field) or ())
+        if keys:
+            shown = ", ".join(keys[:SHOWN_KEYS]) + (", ..." if len(keys) > SHOWN_KEYS else "")
+            found.append(f"{len(keys)} {what} ({shown})")
+    if found:
+        raise ValueError(
+            f"the weights of component {component!r} ({model_class.__name__}) in {folder} do not match the model: "
+            f"{'; '.join(found)}. Check that the folder holds a checkpoint of this model; to load what matches "
+            "and leave the rest at random, pass strict=False to from_pretrained"
+        )
+
+
+def weight_classes(annotation: Any) -> list[type]:
+    """The classes in a pipeline argument's annotation (`NoiseConditioning | None`) that load weights: torch
+    modules with a `from_pretrained` (a tokenizer has one too, but holds no weights)."""
+    import torch
+
+    options = typing.get_args(annotation) or (annotation,)
+    return [
+        option
+        for option in options
+        if isinstance(option, type)
+        and issubclass(option, torch.nn.Module)
+        and callable(getattr(option, "from_pretrained", None))
+    ]
+
+
+def _key_name(key: Any) -> str:
+    """transformers reports a mismatched key as (name, shape in the checkpoint, shape in the model)."""
+    return str(key[0]) if isinstance(key, tuple) else str(key)
+
+
+@contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    """Drop what the loggers `names` log meanwhile (a filter, not a level: transformers reads its logger's
+    level to decide what else to check and print)."""
+    loggers = [logging.getLogger(name) for name in names]
+    for logger in loggers:
+        logger.addFilter(_drop)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_drop)
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return False

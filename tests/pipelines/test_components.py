@@ -1,0 +1,139 @@
+"""Weights that do not match the model are an error naming the component and some keys, on every loading
+route (a saved pipeline folder, a bare transformers folder, a VQ folder), unless `strict=False`."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import JanusVQVAE
+
+import arjet
+from arjet import cli
+from arjet.pipelines.components import load_component
+from arjet.session.noise import NoiseConditioning
+from arjet.testing import tiny_pipeline
+
+
+def _rename_weights(folder, every: int = 1) -> str:
+    """Rename every `every`-th weight of the safetensors file in `folder` (as a checkpoint of another layout
+    would name them); returns one renamed key."""
+    (path,) = folder.glob("*.safetensors")
+    weights = load_file(path)
+    renamed = {
+        (f"renamed.{key}" if i % every == 0 else key): value for i, (key, value) in enumerate(weights.items())
+    }
+    save_file(renamed, path, metadata={"format": "pt"})
+    return next(key for key in renamed if key.startswith("renamed."))
+
+
+def _saved(family, tmp_path, noise: bool = False):
+    pipe = tiny_pipeline(family, vocab_size=6)
+    if noise:
+        hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+        pipe.register_modules(noise_conditioning=NoiseConditioning(hidden_size=hidden, levels=4))
+    pipe.save_pretrained(tmp_path / family)
+    return tmp_path / family, pipe
+
+
+@pytest.mark.parametrize("every", [1, 2], ids=["none-match", "half-match"])
+def test_a_saved_pipeline_whose_model_weights_do_not_match_is_refused(family, every, tmp_path):
+    folder, _ = _saved(family, tmp_path)
+    renamed = _rename_weights(folder / "model", every)
+    with pytest.raises(ValueError, match=r"component 'model' \(\w+ForConditionalGeneration\)") as raised:
+        arjet.ARPipeline.from_pretrained(str(folder))
+    message = str(raised.value)
+    assert "not in the checkpoint" in message and "not in the model" in message and "strict=False" in message
+    assert renamed in message or "renamed." in message
+
+
+@pytest.mark.parametrize(("family", "component"), [("lumina_mgpt", "vqgan"), ("janus", "noise_conditioning")])
+def test_every_weight_component_is_checked(family, component, tmp_path):
+    folder, _ = _saved(family, tmp_path, noise=component == "noise_conditioning")
+    _rename_weights(folder / component, every=2)
+    with pytest.raises(ValueError, match=f"component '{component}'"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_a_bare_transformers_folder_whose_weights_do_not_match_is_refused(family, tmp_path):
+    pipe = tiny_pipeline(family, vocab_size=6)
+    pipe.model.save_pretrained(tmp_path)
+    pipe.tokenizer.save_pretrained(tmp_path)
+    if family == "lumina_mgpt":
+        pipe.vqgan.save_pretrained(tmp_path / "vqgan")
+    _rename_weights(tmp_path)
+    extra = {"resolution": 96} if family == "lumina_mgpt" else {}  # the folder's name does not say it
+    with pytest.raises(ValueError, match="component 'model'"):
+        arjet.ARPipeline.from_pretrained(str(tmp_path), **extra)
+
+
+def test_a_bare_lumina_folder_with_a_foreign_vqgan_is_refused(tmp_path):
+    pipe = tiny_pipeline("lumina_mgpt", vocab_size=6)
+    pipe.model.save_pretrained(tmp_path)
+    pipe.tokenizer.save_pretrained(tmp_path)
+    pipe.vqgan.save_pretrained(tmp_path / "vqgan")
+    _rename_weights(tmp_path / "vqgan", every=3)
+    with pytest.raises(ValueError, match="component 'vqgan' \\(ChameleonVQGAN\\)"):
+        arjet.LuminaMGPTPipeline.from_pretrained(str(tmp_path), resolution=96)
+
+
+def test_a_vq_folder_whose_weights_do_not_match_is_refused(tmp_path):
+    """The route of `arjet train ar --vq` and the VQ evaluation."""
+    tiny_pipeline("janus", vocab_size=6).model.model.vqmodel.save_pretrained(tmp_path)
+    _rename_weights(tmp_path, every=5)
+    with pytest.raises(ValueError, match=r"component 'vq' \(JanusVQVAE\)"):
+        load_component(JanusVQVAE, tmp_path, "vq")
+
+
+def test_weights_a_family_never_reads_may_be_missing(tmp_path):
+    """Lumina-mGPT's checkpoints lack transformers' Chameleon VQ (its fine-tuning deletes `model.vqmodel`;
+    arjet decodes with its own VQGAN): the rest must still match."""
+    folder, _ = _saved("lumina_mgpt", tmp_path)
+    (path,) = (folder / "model").glob("*.safetensors")
+    weights = load_file(path)
+    save_file(
+        {k: v for k, v in weights.items() if not k.startswith("model.vqmodel.")},
+        path,
+        metadata={"format": "pt"},
+    )
+    assert type(arjet.ARPipeline.from_pretrained(str(folder))) is arjet.LuminaMGPTPipeline
+    save_file(
+        {k: v for k, v in weights.items() if not k.startswith("model.norm.")}, path, metadata={"format": "pt"}
+    )
+    with pytest.raises(
+        ValueError, match=r"1 of the model's weights are not in the checkpoint \(model.norm.weight\)"
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_strict_false_loads_what_matches_and_leaves_the_rest_random(tmp_path):
+    folder, pipe = _saved("emu3", tmp_path)
+    _rename_weights(folder / "model", every=2)
+    loaded = arjet.ARPipeline.from_pretrained(str(folder), strict=False)
+    same = [
+        torch.equal(a, b)
+        for a, b in zip(loaded.model.state_dict().values(), pipe.model.state_dict().values(), strict=True)
+    ]
+    assert any(same) and not all(same)
+    with pytest.raises(ValueError, match="strict must be True or False"):
+        arjet.ARPipeline.from_pretrained(str(folder), strict="no")
+
+
+def test_matching_folders_load_strictly(family, tmp_path):
+    folder, pipe = _saved(family, tmp_path, noise=True)
+    loaded = arjet.ARPipeline.from_pretrained(str(folder))
+    for name in ("model", "noise_conditioning"):
+        for a, b in zip(
+            getattr(loaded, name).state_dict().values(),
+            getattr(pipe, name).state_dict().values(),
+            strict=True,
+        ):
+            assert torch.equal(a, b), name
+
+
+def test_generate_refuses_a_folder_of_foreign_weights_in_one_line(tmp_path, capsys):
+    folder, _ = _saved("janus", tmp_path)
+    _rename_weights(folder / "model")
+    out = tmp_path / "x.png"
+    assert cli.main(["generate", "a red circle", "--model", str(folder), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error[-1].startswith("arjet generate: error: the weights of component 'model'")
+    assert not out.exists()
