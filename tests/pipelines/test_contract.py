@@ -341,3 +341,21 @@ def test_from_pretrained_refuses_another_familys_saved_pipeline(tmp_path):
             loader.from_pretrained(str(tmp_path / "emu3"))
     assert type(Emu3Pipeline.from_pretrained(str(tmp_path / "emu3"))) is Emu3Pipeline
     assert type(arjet.ARPipeline.from_pretrained(str(tmp_path / "emu3"))) is Emu3Pipeline
+
+
+@pytest.mark.parametrize("sampler", ["ar", "sjd", "sjd-pac", "zipar+sjd:w=2"])
+def test_callbacks_run_once_per_step_and_never_past_the_end(sampler):
+    """One call per forward that commits codes (the prefill's commits cell 0); with a callback the loop checks
+    every step whether every image is done, so the last call's forward_passes is the stats' largest."""
+    pipe = tiny_pipeline("emu3", grid=(3, 4), vocab_size=16, logit_scale=3.0)
+    calls = []
+
+    def callback(pipe, step, forward_passes, tensors):
+        calls.append((step, forward_passes, sorted(tensors)))
+
+    out = pipe(["a red circle", "a blue square"], sampler=sampler, seed=0, callback_on_step_end=callback)
+    most = max(s.forward_passes for s in out.stats)
+    assert [(step, passes) for step, passes, _ in calls] == [(i, i + 1) for i in range(most)]
+    assert calls[-1][2] == ["codes"]
+    plain = pipe(["a red circle", "a blue square"], sampler=sampler, seed=0)
+    assert torch.equal(plain.codes, out.codes)

@@ -282,7 +282,9 @@ class BaseARPipeline(DiffusionPipeline):
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = StepHook(self, lambda: self.interrupt, progress, call.callback, call.tensor_inputs)
         runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None
-        trace = DecodeTrace(session, hook, hook.progress_to, runner)
+        trace = DecodeTrace(
+            session, hook, hook.progress_to, runner, check_every_step=call.callback is not None
+        )
         self._interrupt = False
         try:
             call.sampler.run(Decode(session, call.policy, rng, trace))

@@ -79,10 +79,11 @@ class DecodeTrace:
     """The codes decoded so far (`-1` = not yet), the forward pass that committed each cell, and how many
     cells each forward pass committed, per image, on the session's device.
 
-    `on_step(trace)` runs after every commit (it may read the device; returning True interrupts);
-    `on_progress(decoded)` receives the number of decoded cells of the whole batch whenever the decode loop
-    reads the device anyway; `runner(step)` runs one fixed-shape step (eagerly when None; a captured graph's
-    replay, see `arjet.samplers.capture`)."""
+    `on_step(trace)` runs after every commit (returning True interrupts); with `check_every_step` it reads the
+    device every step anyway (a user's step callback), so the decode loop then also checks after every step
+    whether every image is done, and no step (nor `on_step`) runs past the end. `on_progress(decoded)` receives
+    the number of decoded cells of the whole batch whenever the decode loop reads the device; `runner(step)`
+    runs one fixed-shape step (eagerly when None; a captured graph's replay, see `arjet.samplers.capture`)."""
 
     def __init__(
         self,
@@ -90,6 +91,8 @@ class DecodeTrace:
         on_step: StepHook | None = None,
         on_progress: ProgressHook | None = None,
         runner: StepRunner | None = None,
+        *,
+        check_every_step: bool = False,
     ):
         self.session = session
         batch, cells = session.batch_size, session.num_cells
@@ -102,6 +105,7 @@ class DecodeTrace:
         self.on_step = on_step
         self.on_progress = on_progress
         self.runner = runner
+        self.check_every_step = check_every_step
         self.hooks_by_loop = (
             False  # `Decode.run` calls `on_step` after each step (commit may be a graph replay)
         )
@@ -184,18 +188,20 @@ class Decode:
 
     def run(self, stepper: Stepper, max_steps: int, reach: int, *, exact: bool = False) -> None:
         """Decode every image: cell 0 from the prefill, then `stepper.step()` (through `trace.runner`) until
-        every image is done, reading the device once every `CHECK_EVERY` steps to see whether it is. With
+        every image is done, reading the device once every `CHECK_EVERY` steps (every step with
+        `trace.check_every_step`) to see whether it is. With
         `exact`, the decode takes exactly `max_steps` steps and the device is read once, at the end. `reach`:
         the furthest, in cells, one step may move the session's furthest input (it sizes the attention span)."""
         stepper.start(self._commit_first_cell())
         session, trace = self.session, self.trace
         run = trace.runner or (lambda f: f())
         total = session.batch_size * session.num_cells
+        every = 1 if trace.check_every_step else CHECK_EVERY
         trace.hooks_by_loop = True
         taken = since_check = 0
         try:
             while taken < max_steps:
-                chunk = min(CHECK_EVERY, max_steps - taken)
+                chunk = min(every, max_steps - taken)
                 session.reserve(reach * (since_check + chunk))
                 for _ in range(chunk):
                     run(stepper.step)
