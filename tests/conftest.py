@@ -12,6 +12,16 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 FAMILIES = ("janus", "emu3", "lumina_mgpt")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` skip where there is no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param

@@ -39,7 +39,7 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     header = (
-        "| sampler | forward passes | step compression | s / image | latency speedup | accepted / step "
+        "| sampler | forward passes | step compression | s / image | images / s | latency speedup | accepted / step "
         "| peak memory (MB) |"
     )
     assert header in printed and header + NEW_COLUMNS.removeprefix("|") in printed
@@ -148,3 +148,35 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
     ):
         assert main(["bench", "--model", "/nonexistent", "--json", str(bad)]) == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "nope", "--out", "x"], "unknown suite 'nope'; choose one of gpu, gpu-quick"),
+        (["--suite", "gpu"], "--suite gpu writes a report folder: pass --out DIR"),
+        (
+            ["--suite", "gpu", "--out", "x", "--samplers", "ar"],
+            "sets its own models, samplers and sizes; drop --samplers",
+        ),
+        (["--suite", "gpu", "--out", "x", "--device", "cpu"], "it needs a CUDA device, got --device cpu"),
+        (["--sections", "shapes"], "--sections goes with --suite NAME"),
+        (["--budget-minutes", "3"], "--budget-minutes goes with --suite NAME"),
+    ],
+)
+def test_suite_options_are_checked_before_anything_runs(args, message, monkeypatch, capsys):
+    import arjet.eval.suite
+
+    monkeypatch.setattr(arjet.eval.suite, "run_suite", lambda *a, **k: pytest.fail("the suite ran"))
+    assert main(["bench", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_batch_size_decodes_several_prompts_per_call(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = main(
+        ["bench", "--device", "cpu", "--n", "2", "--batch-size", "2", "--samplers", "ar", "--out", str(out)]
+    )
+    assert code == 0 and "| images / s |" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["environment"]["batch_size"] == 2 and [r["call_images"] for r in result["images"]] == [2, 2]

@@ -1,5 +1,7 @@
 """`run_bench`: every sampler on the same prompts and seeds."""
 
+import pytest
+
 from arjet.eval.bench import run_bench
 from arjet.testing import tiny_pipeline
 
@@ -9,3 +11,36 @@ def test_the_same_prompt_and_seed_reach_every_sampler():
     result = run_bench(pipe, ["ar", "sjd"], ["a", "b"], seed=5, warmup=False, progress=False)
     seeds = {(r["sampler"], r["prompt"]): r["seed"] for r in result.records}
     assert seeds == {("ar", "a"): 5, ("sjd", "a"): 5, ("ar", "b"): 6, ("sjd", "b"): 6}
+
+
+def test_a_batched_bench_times_whole_calls():
+    """With `batch_size`, each call decodes several images: a forward's cost is the call's seconds over its
+    forwards (the batch runs until its slowest image is done), and images / s counts every call once."""
+    pipe = tiny_pipeline("emu3", grid=(3, 4), vocab_size=8, logit_scale=3.0)
+    prompts = ["a red circle", "a blue square", "a green star"]
+    result = run_bench(
+        pipe, ["ar", "sjd:window=3"], prompts, seed=2, warmup=False, progress=False, batch_size=2
+    )
+    sjd = [r for r in result.records if r["sampler"] == "sjd:window=3"]
+    assert [r["call"] for r in sjd] == [0, 0, 1] and [r["call_images"] for r in sjd] == [2, 2, 1]
+    assert [r["seed"] for r in sjd] == [2, 3, 4]
+    first = sjd[0]
+    assert first["seconds"] == first["call_seconds"] / 2
+    assert first["call_forward_passes"] == max(r["forward_passes"] for r in sjd[:2])
+    summary = next(s for s in result.summaries if s.sampler == "sjd:window=3")
+    calls = [
+        (sjd[0]["call_seconds"], sjd[0]["call_forward_passes"]),
+        (sjd[2]["seconds"], sjd[2]["forward_passes"]),
+    ]
+    assert summary.ms_per_forward == pytest.approx(sum(c[0] for c in calls) / sum(c[1] for c in calls) * 1e3)
+    assert summary.images_per_second == pytest.approx(3 / sum(c[0] for c in calls))
+    assert result.environment["batch_size"] == 2
+    # the same seeds give the same codes whether the images are decoded one by one or two at a time
+    alone = run_bench(pipe, ["sjd:window=3"], prompts, seed=2, warmup=False, progress=False)
+    assert [r["codes_sha1"] for r in alone.records] == [r["codes_sha1"] for r in sjd]
+
+
+def test_a_bad_batch_size_is_refused():
+    pipe = tiny_pipeline("janus")
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        run_bench(pipe, ["ar"], ["a"], warmup=False, progress=False, batch_size=0)

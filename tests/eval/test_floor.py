@@ -4,6 +4,7 @@ from small_presets import SMALL_CODEBOOK, SMALL_DECODER, small_preset
 from arjet.eval.floor import (
     ForwardFloor,
     average_kv_tokens,
+    decoder_graph_floor,
     forward_weight_bytes,
     kv_bytes_per_token,
     measure_copy_bandwidth,
@@ -51,3 +52,32 @@ def test_the_kv_cache_is_counted_at_its_average_length_for_both_cfg_rows():
 def test_the_floor_is_bytes_over_bandwidth():
     floor = ForwardFloor(weight_bytes=3_000_000_000, kv_bytes=1e9, bandwidth=2e12)
     assert floor.bytes == 4e9 and floor.ms == pytest.approx(2.0)
+
+
+def test_the_graph_floor_needs_a_cuda_device():
+    with pytest.raises(ValueError, match="needs a CUDA device, got cpu"):
+        decoder_graph_floor(
+            layers=1, hidden=8, ffn=16, heads=2, kv_heads=2, head_rows=4, cache=8, filled=2, device="cpu"
+        )
+
+
+@pytest.mark.cuda
+def test_the_graph_floor_times_a_captured_minimal_decoder():
+    floors = decoder_graph_floor(
+        layers=2,
+        hidden=64,
+        ffn=128,
+        heads=4,
+        kv_heads=2,
+        head_rows=32,
+        cache=96,
+        filled=16,
+        queries=(1, 16),
+        repeats=5,
+    )
+    assert [f.queries for f in floors] == [1, 16]
+    assert all(f.eager_ms > 0 and f.graph_ms > 0 for f in floors)
+    with pytest.raises(ValueError, match="must fit the cache"):
+        decoder_graph_floor(
+            layers=1, hidden=8, ffn=16, heads=2, kv_heads=2, head_rows=4, cache=8, filled=2, queries=(16,)
+        )

@@ -7,6 +7,7 @@ from test_sjd2 import _with_noise_conditioning
 
 from arjet.samplers import SJD, SJD2, SJDPAC, ZipAR
 from arjet.samplers.capture import compile_mode
+from arjet.samplers.decoding import CHECK_EVERY
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
@@ -75,14 +76,14 @@ def test_a_compiled_decoder_gives_the_eager_codes():
         assert torch.equal(_codes(pipe, sampler, compile="inductor"), _codes(pipe, sampler))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("sampler", SAMPLERS, ids=repr)
 def test_cuda_graphs_give_the_eager_codes(family, sampler):
     pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0).to("cuda")
     assert torch.equal(_codes(pipe, sampler, compile="cuda-graphs"), _codes(pipe, sampler))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.cuda
 def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
     pipe = _with_noise_conditioning(tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0)).to(
         "cuda"
@@ -94,3 +95,59 @@ def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
             assert torch.equal(_codes(builtin, sampler, compile="cuda-graphs"), _codes(builtin, sampler))
     finally:
         builtin_pipe.to("cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "sampler",
+    ["lantern:k=2,delta=0.1", SJD(window=3, init="sample_horizontal"), SJDPAC(window=9, tree_width=2)],
+    ids=repr,
+)
+def test_cuda_graphs_in_bfloat16_give_the_eager_codes(family, sampler):
+    """The real models run in bfloat16: replaying the captured kernels gives the eager codes there too."""
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0).to("cuda", torch.bfloat16)
+    assert torch.equal(_codes(pipe, sampler, compile="cuda-graphs"), _codes(pipe, sampler))
+
+
+@pytest.mark.cuda
+def test_a_captured_decode_replays_its_graphs_and_says_so():
+    """Each attention span runs two eager warm-up steps, then one capture; every later step is a replay."""
+    pipe = tiny_pipeline("emu3", grid=(6, 8), vocab_size=8, logit_scale=3.0).to("cuda")
+    out = pipe(
+        ["a red circle"] * 3, sampler=SJD(window=3), seed=0, output_type="latent", compile="cuda-graphs"
+    )
+    counts = out.stats[0].extra
+    steps = counts["graph_replays"] + counts["eager_steps"]
+    longest = max(s.forward_passes for s in out.stats) - 1  # the prefill is not a step
+    assert longest <= steps < longest + CHECK_EVERY  # the loop looks for the end every CHECK_EVERY steps
+    assert counts["graph_captures"] >= 1 and counts["eager_steps"] >= 2 * counts["graph_captures"]
+    assert counts["graph_replays"] > counts["eager_steps"]
+    assert counts["capture_seconds"] > 0
+    assert all(s.extra == counts for s in out.stats)
+
+
+@pytest.mark.cuda
+def test_a_step_callback_sees_the_captured_decode(family):
+    """With a callback the loop reads the device every step; replayed steps reach it as eager ones do."""
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0).to("cuda")
+
+    def decode(compile):
+        seen: list[int] = []
+
+        def callback(pipe, step, passes, tensors):
+            seen.append(int((tensors["codes"] >= 0).sum()))
+            return tensors
+
+        out = pipe(
+            "a red circle",
+            sampler=SJD(window=3),
+            seed=1,
+            output_type="latent",
+            compile=compile,
+            callback_on_step_end=callback,
+        )
+        return out.codes, seen
+
+    (captured, seen), (eager, seen_eager) = decode("cuda-graphs"), decode(False)
+    assert torch.equal(captured, eager) and seen == seen_eager
+    assert seen == sorted(seen) and seen[-1] == GRIDS[family][0] * GRIDS[family][1]

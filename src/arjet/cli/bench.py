@@ -6,6 +6,7 @@ import argparse
 import warnings
 
 from .. import checks
+from ..limits import DEFAULT_LIMITS
 from . import types
 from .options import (
     add_command,
@@ -69,6 +70,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--n", type=types.int_type(1), default=8, metavar="N", help="number of prompts (default 8)"
     )
+    parser.add_argument(
+        "--batch-size",
+        type=types.int_type(1, DEFAULT_LIMITS.max_images_per_call),
+        default=1,
+        metavar="N",
+        help="prompts per pipeline call (default 1); with more, `images / s` is the throughput of a batch",
+    )
     add_seed_argument(parser)
     parser.add_argument(
         "--data-dir",
@@ -79,7 +87,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_sampling_arguments(parser)
     add_compile_argument(parser)
     parser.add_argument(
-        "--out", default=None, metavar="FILE", help="also write the full results here (.json)"
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the full results here (.json); with --suite, the folder of its report",
+    )
+    suite = parser.add_argument_group(
+        "suites", "a fixed list of measurements with targets (`--suite gpu`), instead of the options above"
+    )
+    suite.add_argument(
+        "--suite",
+        default=None,
+        metavar="NAME",
+        help="run a benchmark suite (gpu: the captured decode step and real-size speed, ~8 minutes on an "
+        "H100; gpu-quick: the same at smaller sizes) and write report.md and report.json to --out",
+    )
+    suite.add_argument(
+        "--sections",
+        default=None,
+        metavar="NAMES",
+        help="with --suite: run only these sections (comma-separated)",
+    )
+    suite.add_argument(
+        "--budget-minutes",
+        type=types.float_type(minimum=0.5),
+        default=None,
+        metavar="M",
+        help="with --suite: skip sections that no longer fit in M minutes (default: the suite's)",
+    )
+    suite.add_argument(
+        "--tests",
+        default=None,
+        metavar="FILE",
+        help="with --suite: a JUnit XML report of a test run (pytest --junitxml) to include in the report",
     )
     add_json_argument(parser, path_was_allowed=True)
     parser.set_defaults(func=run)
@@ -88,6 +128,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..eval.bench import run_bench
     from ..eval.prompts import load_prompts
+
+    if args.suite is not None:
+        return run_suite_command(args)
+    for option in ("sections", "budget_minutes", "tests"):
+        if getattr(args, option) is not None:
+            raise ValueError(f"--{option.replace('_', '-')} goes with --suite NAME")
 
     # 1. everything the command line says is checked before any model work
     print_json, out, option = json_output(args)
@@ -106,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     # 2. the model, then the bench
     call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}
     call = {key: value for key, value in call.items() if value is not None}
+    call["batch_size"] = args.batch_size
     if arch is None:
         pipe = load_pipeline(args)
         result = run_bench(pipe, specs, prompts, seed=args.seed, progress=not print_json, **call)
@@ -142,6 +189,58 @@ def run(args: argparse.Namespace) -> int:
     if path is not None:
         print(f"wrote {path}")
     return 0
+
+
+SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults
+    "model": None,
+    "arch": None,
+    "random_weights": False,
+    "samplers": "ar,sjd,zipar",
+    "prompts": None,
+    "n": 8,
+    "batch_size": 1,
+    "height": None,
+    "width": None,
+    "compile": "off",
+    "json": False,
+}
+
+
+def run_suite_command(args: argparse.Namespace) -> int:
+    """`arjet bench --suite NAME --out DIR`: the suite's sections, then its report."""
+    from pathlib import Path
+
+    from ..eval.suite import get_suite, run_suite
+
+    suite = get_suite(args.suite)
+    given = [name for name, default in SUITE_EXCLUDES.items() if getattr(args, name) != default]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"--suite {suite.name} sets its own models, samplers and sizes; drop {options}")
+    if args.out is None:
+        raise ValueError(f"--suite {suite.name} writes a report folder: pass --out DIR")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; --suite writes report.md and report.json into a folder")
+    tests = None if args.tests is None else Path(args.tests)
+    sections = None if args.sections is None else [name.strip() for name in args.sections.split(",")]
+    device = args.device or "cuda"
+    import torch
+
+    if not device.startswith("cuda"):
+        raise ValueError(
+            f"--suite {suite.name} captures CUDA graphs: it needs a CUDA device, got --device {device}"
+        )
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"--suite {suite.name} captures CUDA graphs, and CUDA is not available on this machine"
+        )
+    budget = None if args.budget_minutes is None else args.budget_minutes * 60
+    report = run_suite(suite, out, sections=sections, budget_s=budget, tests=tests, device=device)
+    print((out / "report.md").read_text())
+    print(f"wrote {out / 'report.md'} and {out / 'report.json'}")
+    missed = [t["target"] for t in report["targets"] if t["met"] is False]
+    return 1 if missed else 0
 
 
 def check_arch(args: argparse.Namespace) -> str | None:

@@ -2,14 +2,16 @@
 
 Step compression (AR forward passes / sampler forward passes) is hardware-free; latency speedup is
 measured in the same run, so both columns compare like with like. Each sampler runs once untimed first
-(warm-up), then the images are generated one at a time, samplers interleaved per prompt so that drift
-in machine load hits every sampler alike. Milliseconds per forward pass are set against the bandwidth
+(warm-up), then the images are generated one call at a time (`batch_size` prompts per call), samplers
+interleaved per call so that drift in machine load hits every sampler alike; `images / s` is the
+throughput (images over the seconds of the calls that made them). Milliseconds per forward pass are set against the bandwidth
 floor of one forward (`arjet.eval.floor`): the bytes it must read over the device's measured copy bandwidth.
 The per-sampler figures are `arjet.eval.speed`'s, the same as `arjet eval` reports.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import threading
@@ -20,8 +22,10 @@ from typing import Any
 
 import torch
 
+from .. import checks
 from .. import samplers as sampler_registry
 from ..reports.tables import markdown_table, number, ratio, significant
+from ..samplers.capture import CAPTURE_KEYS
 from .floor import (
     ForwardFloor,
     average_kv_tokens,
@@ -36,6 +40,7 @@ HEADER = (
     "forward passes",
     "step compression",
     "s / image",
+    "images / s",
     "latency speedup",
     "accepted / step",
     "peak memory (MB)",
@@ -66,6 +71,7 @@ class BenchResult:
                 number(s.forward_passes, 1),
                 ratio(s.step_compression),
                 number(s.seconds, 3),
+                significant(s.images_per_second),
                 ratio(s.latency_speedup),
                 number(s.accepted_per_step),
                 number(s.peak_memory_mb, 0),
@@ -88,17 +94,21 @@ def run_bench(
     *,
     arch: str | None = None,
     copy_bandwidth: float | None = None,
+    batch_size: int = 1,
     **call_kwargs: Any,
 ) -> BenchResult:
     """Generate every prompt with every sampler (image `i` with seed `seed + i`) and summarise.
 
-    `call_kwargs` go to every pipeline call. The device's copy bandwidth (bytes / s) for the floor is
-    measured once here unless `copy_bandwidth` gives it; `arch` (the preset name of a random-weight model)
-    is recorded in the environment."""
+    `batch_size` prompts go to each pipeline call (the last call may have fewer); `call_kwargs` go to every
+    call. The device's copy bandwidth (bytes / s) for the floor is measured once here unless
+    `copy_bandwidth` gives it; `arch` (the preset name of a random-weight model) is recorded in the
+    environment."""
     specs = list(dict.fromkeys(sampler_specs))
     instances = {spec: sampler_registry.get(spec) for spec in specs}  # validates every spec up front
     if not prompts:
         raise ValueError("bench needs at least one prompt")
+    if not checks.is_integer(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if copy_bandwidth is not None and not copy_bandwidth > 0:
         raise ValueError(
             f"copy_bandwidth must be a positive number of bytes per second, got {copy_bandwidth!r}"
@@ -106,43 +116,63 @@ def run_bench(
     pipe.set_progress_bar_config(disable=True)
     device = pipe._execution_device
     floors = forward_floors(pipe, prompts, call_kwargs, copy_bandwidth)
+    calls = [
+        list(range(start, min(start + batch_size, len(prompts))))
+        for start in range(0, len(prompts), batch_size)
+    ]
     if warmup:
         for spec in specs:
-            pipe(prompts[0], sampler=instances[spec], seed=seed, output_type="latent", **call_kwargs)
+            first = [prompts[i] for i in calls[0]]
+            pipe(first, sampler=instances[spec], seed=seed, output_type="latent", **call_kwargs)
     records: list[dict[str, Any]] = []
     peaks: dict[str, float | None] = {spec: None for spec in specs}
-    iterator = list(enumerate(prompts))
+    iterator = list(enumerate(calls))
     if progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(iterator, desc="bench", unit="prompt")
-    for index, prompt in iterator:
+        iterator = tqdm(iterator, desc="bench", unit="call" if batch_size > 1 else "prompt")
+    for call, indices in iterator:
+        batch = [prompts[i] for i in indices]
         for spec in specs:
             with PeakMemory(device) as memory:
                 start = time.perf_counter()
                 out = pipe(
-                    prompt, sampler=instances[spec], seed=seed + index, output_type="latent", **call_kwargs
+                    batch,
+                    sampler=instances[spec],
+                    seed=seed + indices[0],
+                    output_type="latent",
+                    **call_kwargs,
                 )
                 _synchronize(device)
                 seconds = time.perf_counter() - start
             if memory.peak_mb is not None:
                 peaks[spec] = max(peaks[spec] or 0.0, memory.peak_mb)
-            stat = out.stats[0]
-            records.append(
-                {
-                    "sampler": spec,
-                    "index": index,
-                    "seed": seed + index,
-                    "prompt": prompt,
-                    "forward_passes": stat.forward_passes,
-                    "tokens": stat.tokens,
-                    "seconds": seconds,
-                    "mean_accepted": statistics.fmean(stat.accepted_per_step),
-                    "floor_ms": None if floors is None else floors[index].ms,
-                }
-            )
+            call_passes = max(stat.forward_passes for stat in out.stats)
+            call_floor = None if floors is None else _call_floor([floors[i] for i in indices])
+            codes = out.codes.cpu()
+            for index, stat, image_codes in zip(indices, out.stats, codes, strict=True):
+                records.append(
+                    {
+                        "sampler": spec,
+                        "index": index,
+                        "seed": seed + index,
+                        "prompt": prompts[index],
+                        "forward_passes": stat.forward_passes,
+                        "tokens": stat.tokens,
+                        "seconds": seconds / len(indices),
+                        "mean_accepted": statistics.fmean(stat.accepted_per_step),
+                        "floor_ms": None if call_floor is None else call_floor.ms,
+                        "call": call,
+                        "call_images": len(indices),
+                        "call_seconds": seconds,
+                        "call_forward_passes": call_passes,
+                        "codes_sha1": hashlib.sha1(image_codes.numpy().tobytes()).hexdigest(),
+                        **{key: stat.extra[key] for key in CAPTURE_KEYS if key in stat.extra},
+                    }
+                )
     info = environment(pipe, call_kwargs)
     info["arch"] = arch
+    info["batch_size"] = batch_size
     info.update(floor_environment(floors))
     return BenchResult(summarise(specs, records, peaks), records, info)
 
@@ -161,6 +191,12 @@ def forward_floors(
         ForwardFloor(weights, per_token * average_kv_tokens(pipe, prompt, call_kwargs), bandwidth)
         for prompt in prompts
     ]
+
+
+def _call_floor(floors: list[ForwardFloor]) -> ForwardFloor:
+    """The floor of one forward of a call decoding several images: the weights once, every image's cache."""
+    first = floors[0]
+    return ForwardFloor(first.weight_bytes, sum(f.kv_bytes for f in floors), first.bandwidth)
 
 
 def floor_environment(floors: list[ForwardFloor] | None) -> dict[str, Any]:

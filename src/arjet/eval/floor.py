@@ -10,11 +10,13 @@ during a decode; the floor uses its average, at half the image body past the pro
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .. import checks
 
@@ -97,3 +99,118 @@ class ForwardFloor:
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class GraphFloor:
+    """What a minimal decoder of the model's shapes costs per forward of `queries` query tokens."""
+
+    queries: int
+    eager_ms: float
+    graph_ms: float  # the same forward captured in one CUDA graph and replayed
+
+
+def decoder_graph_floor(
+    *,
+    layers: int,
+    hidden: int,
+    ffn: int,
+    heads: int,
+    kv_heads: int,
+    head_rows: int,
+    cache: int,
+    filled: int,
+    batch: int = 2,
+    queries: tuple[int, ...] = (1, 16, 64),
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cuda",
+    repeats: int = 50,
+) -> list[GraphFloor]:
+    """The achievable cost of one decoding forward at these shapes on this GPU: a minimal Llama-style decoder
+    (fused q/k/v and gate/up products, a static KV cache of `cache` slots written by index, an additive mask
+    over all of them with `filled` slots visible, a code head of `head_rows` rows) with random weights, run
+    eagerly and captured in one CUDA graph, for each query width. `batch` 2 is one image with CFG. What
+    arjet's decode step costs beyond the graph figure is its own overhead (`../shared/perf/graph_floor.py`
+    measures the same decoder for hand-picked shapes)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"the graph floor captures CUDA graphs: it needs a CUDA device, got {device}")
+    if filled + max(queries) > cache:
+        raise ValueError(
+            f"filled ({filled}) + the widest query ({max(queries)}) must fit the cache ({cache})"
+        )
+    head_dim = hidden // heads
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def weight(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device, dtype=dtype, generator=generator) * 0.02
+
+    kv_width = kv_heads * head_dim
+    stack = [
+        (
+            weight(hidden + 2 * kv_width, hidden),
+            weight(hidden, hidden),
+            weight(2 * ffn, hidden),
+            weight(hidden, ffn),
+        )
+        for _ in range(layers)
+    ]
+    head = weight(head_rows, hidden)
+
+    def forward(x, keys, values, mask, slots):
+        rows, q, _ = x.shape
+        for (qkv, out, gate_up, down), k_cache, v_cache in zip(stack, keys, values, strict=True):
+            h = F.rms_norm(x, (hidden,))
+            qq, kk, vv = F.linear(h, qkv).split([hidden, kv_width, kv_width], -1)
+            k_cache.index_copy_(2, slots, kk.view(rows, q, kv_heads, head_dim).transpose(1, 2))
+            v_cache.index_copy_(2, slots, vv.view(rows, q, kv_heads, head_dim).transpose(1, 2))
+            attended = F.scaled_dot_product_attention(
+                qq.view(rows, q, heads, head_dim).transpose(1, 2),
+                k_cache,
+                v_cache,
+                attn_mask=mask,
+                enable_gqa=kv_heads != heads,
+            )
+            x = x + F.linear(attended.transpose(1, 2).reshape(rows, q, hidden), out)
+            gate, up = F.linear(F.rms_norm(x, (hidden,)), gate_up).chunk(2, -1)
+            x = x + F.linear(F.silu(gate) * up, down)
+        return F.linear(F.rms_norm(x, (hidden,)), head)
+
+    def timed(fn, reps: int) -> float:
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) / reps * 1e3
+
+    def measure(width: int) -> GraphFloor:
+        keys = [
+            torch.zeros(batch, kv_heads, cache, head_dim, device=device, dtype=dtype) for _ in range(layers)
+        ]
+        values = [torch.zeros_like(k) for k in keys]
+        x = weight(batch, width, hidden)
+        slots = torch.arange(filled, filled + width, device=device)
+        mask = torch.zeros(batch, 1, width, cache, device=device, dtype=dtype)
+        mask[..., filled + width :] = torch.finfo(dtype).min
+        run = functools.partial(forward, x, keys, values, mask, slots)
+        with torch.inference_mode():
+            for _ in range(3):
+                run()
+            eager = timed(run, max(1, repeats // 5))
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    run()
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            return GraphFloor(width, eager, timed(graph.replay, repeats))
+
+    results = []
+    for width in queries:
+        results.append(measure(width))
+        torch.cuda.empty_cache()
+    return results

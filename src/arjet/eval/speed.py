@@ -3,7 +3,9 @@ ratios against `ar`, and the environment they were measured in.
 
 Step compression (mean forward passes of `ar` / of the sampler, same prompts and seeds) is hardware-free;
 latency speedup (mean seconds per image of `ar` / of the sampler) holds only for samplers timed in the
-same run.
+same run. A record may come from a call that decoded several images at once (`call_images` > 1): its
+`seconds` is then the call's time shared out per image, and its `call_seconds` / `call_forward_passes` are
+the whole call's (the batch runs until its slowest image is done), which is what a forward costs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class SamplerSummary:
     peak_memory_mb: float | None
     step_compression: float | None = None
     latency_speedup: float | None = None
-    ms_per_forward: float | None = None  # seconds / forward passes
+    ms_per_forward: float | None = None  # a call's seconds / its forward passes (the batch's, not an image's)
+    images_per_second: float | None = None  # images / seconds of every call that made them
     floor_ms: float | None = None  # bandwidth floor of one forward (mean over this sampler's images)
     floor_ratio: float | None = None  # ms_per_forward / floor_ms
 
@@ -54,10 +57,11 @@ def summarise(
             )
         )
     for s in summaries:
-        floor = [
-            r["floor_ms"] for r in records if r["sampler"] == s.sampler and r.get("floor_ms") is not None
-        ]
-        s.ms_per_forward = s.seconds / s.forward_passes * 1e3
+        rows = [r for r in records if r["sampler"] == s.sampler]
+        floor = [r["floor_ms"] for r in rows if r.get("floor_ms") is not None]
+        calls = _calls(rows)
+        s.ms_per_forward = sum(seconds for seconds, _ in calls) / sum(passes for _, passes in calls) * 1e3
+        s.images_per_second = len(rows) / sum(seconds for seconds, _ in calls)
         if floor:
             s.floor_ms = statistics.fmean(floor)
             s.floor_ratio = s.ms_per_forward / s.floor_ms
@@ -67,6 +71,18 @@ def summarise(
             s.step_compression = baseline.forward_passes / s.forward_passes
             s.latency_speedup = baseline.seconds / s.seconds
     return summaries
+
+
+def _calls(rows: list[dict[str, Any]]) -> list[tuple[float, int]]:
+    """(seconds, forward passes) of each call behind `rows`: an image's own when it was decoded alone, else
+    the call's (counted once, however many of its images are among `rows`)."""
+    calls: dict[Any, tuple[float, int]] = {}
+    for i, r in enumerate(rows):
+        if r.get("call_images", 1) == 1:
+            calls[i] = (r["seconds"], r["forward_passes"])
+        else:
+            calls[("call", r["call"])] = (r["call_seconds"], r["call_forward_passes"])
+    return list(calls.values())
 
 
 def environment(pipe, call_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -302,6 +302,8 @@ class BaseARPipeline(DiffusionPipeline):
         for item in stats:
             item.seconds = seconds
             item.extra["batch_size"] = batch
+            if runner is not None:
+                item.extra.update(runner.counts())
         self.maybe_free_model_hooks()
 
         # 5. output

@@ -14,6 +14,7 @@ The other mode, `torch.compile` of the decoder forward (CPU or CUDA), is `arjet.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,15 @@ def compile_mode(compile: bool | str, device: torch.device) -> str:
     return compile
 
 
+CAPTURE_KEYS = ("graph_captures", "graph_replays", "eager_steps", "capture_seconds")
+
+
 class CudaGraphRunner:
-    """Runs decode steps eagerly `warmup` times per attention span, then as a captured CUDA graph."""
+    """Runs decode steps eagerly `warmup` times per attention span, then as a captured CUDA graph.
+
+    `counts()` says what it did (the `CAPTURE_KEYS`): graphs captured, steps replayed, steps run eagerly,
+    and the seconds spent on the eager warm-up steps and the captures (timed with the device synchronised
+    around them; replays are not timed, so the decode loop never waits for the device here)."""
 
     def __init__(self, session: DecodingSession, warmup: int = 2):
         self.session = session
@@ -51,6 +59,8 @@ class CudaGraphRunner:
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, int]] = {}
         self.eager_steps: dict[int, int] = {}
+        self.replays = 0
+        self.capture_seconds = 0.0
 
     def __call__(self, step: Callable[[], None]) -> None:
         span = self.session.span
@@ -58,8 +68,11 @@ class CudaGraphRunner:
         if captured is not None:
             graph, forwards = captured
             graph.replay()
+            self.replays += 1
             self.session.count += forwards
             return
+        torch.cuda.synchronize()
+        start = time.perf_counter()
         if self.eager_steps.get(span, 0) < self.warmup:
             self.eager_steps[span] = self.eager_steps.get(span, 0) + 1
             side = torch.cuda.Stream()
@@ -67,11 +80,19 @@ class CudaGraphRunner:
             with torch.cuda.stream(side):
                 step()
             torch.cuda.current_stream().wait_stream(side)
-            return
-        graph = torch.cuda.CUDAGraph()
-        before = self.session.count
-        with torch.cuda.graph(graph, pool=self.pool):
-            step()  # recorded, not run: the replay below runs it
-        forwards = self.session.count - before
-        self.graphs[span] = (graph, forwards)
-        graph.replay()
+        else:
+            graph = torch.cuda.CUDAGraph()
+            before = self.session.count
+            with torch.cuda.graph(graph, pool=self.pool):
+                step()  # recorded, not run: the replay below runs it
+            forwards = self.session.count - before
+            self.graphs[span] = (graph, forwards)
+            graph.replay()
+            self.replays += 1
+        torch.cuda.synchronize()
+        self.capture_seconds += time.perf_counter() - start
+
+    def counts(self) -> dict[str, int | float]:
+        """What ran how (see the class docstring), keyed by `CAPTURE_KEYS`."""
+        values = (len(self.graphs), self.replays, sum(self.eager_steps.values()), self.capture_seconds)
+        return dict(zip(CAPTURE_KEYS, values, strict=True))

@@ -1,0 +1,250 @@
+"""Benchmark suites: sections in child processes with time limits, targets read from the results, the report."""
+
+import json
+
+import pytest
+import torch
+
+from arjet.eval.suite import (
+    SUITES,
+    BenchRun,
+    Figure,
+    Section,
+    Suite,
+    Target,
+    codes_match,
+    read_junit,
+    run_section,
+    run_suite,
+    write_report,
+)
+
+SHAPES_RUN = BenchRun("batch 1 eager", ("ar", "sjd"), compile="none", n=1, warmup=False)
+
+
+def _summary(sampler: str, **figures) -> dict:
+    row = {
+        "sampler": sampler,
+        "images": 1,
+        "forward_passes": 10.0,
+        "tokens": 16.0,
+        "seconds": 1.0,
+        "accepted_per_step": 1.0,
+        "peak_memory_mb": None,
+    }
+    return {**row, **figures}
+
+
+def _results() -> dict:
+    run = {
+        "label": "r",
+        "compile": "cuda-graphs",
+        "summaries": [_summary("ar", ms_per_forward=4.0), _summary("sjd", ms_per_forward=5.0)],
+    }
+    return {
+        "m": {"runs": [run], "floor": None},
+        "f": {"runs": [], "floor": [{"queries": 1, "graph_ms": 3.2}]},
+    }
+
+
+def test_figures_and_targets_read_the_results():
+    results = _results()
+    assert Figure("m", "r", "sjd", "ms_per_forward").read(results) == 5.0
+    assert Figure("f", "floor", "1", "graph_ms").read(results) == 3.2
+    assert Figure("m", "r", "zipar", "ms_per_forward").read(results) is None
+    assert Figure("absent", "r", "ar", "ms_per_forward").read(results) is None
+    ratio = Target(
+        "sjd over ar",
+        Figure("m", "r", "sjd", "ms_per_forward"),
+        1.25,
+        per=Figure("m", "r", "ar", "ms_per_forward"),
+    ).check(results)
+    assert ratio["value"] == pytest.approx(1.25) and ratio["met"] is True
+    floor = Target(
+        "ar over floor",
+        Figure("m", "r", "ar", "ms_per_forward"),
+        1.2,
+        per=Figure("f", "floor", "1", "graph_ms"),
+    ).check(results)
+    assert floor["value"] == pytest.approx(1.25) and floor["met"] is False
+    at_least = Target("x", Figure("m", "r", "ar", "ms_per_forward"), 5.0, at_least=True).check(results)
+    assert at_least["met"] is False
+    missing = Target("y", Figure("m", "r", "zipar", "ms_per_forward"), 1.0).check(results)
+    assert missing["value"] is None and missing["met"] is None
+
+
+def test_captured_codes_are_compared_with_the_eager_run_of_the_same_label():
+    section = {
+        "runs": [
+            {"label": "384 px eager", "compile": "none", "codes": {"ar": ["a", "b"], "sjd": ["c"]}},
+            {
+                "label": "384 px cuda-graphs",
+                "compile": "cuda-graphs",
+                "codes": {"ar": ["a", "b"], "sjd": ["x"]},
+            },
+            {
+                "label": "768 px cuda-graphs",
+                "compile": "cuda-graphs",
+                "codes": {"ar": ["z"]},
+            },  # no eager twin
+        ]
+    }
+    assert codes_match(section) == {"384 px cuda-graphs: ar": True, "384 px cuda-graphs: sjd": False}
+
+
+def test_the_gpu_suites_name_sections_their_targets_read():
+    for suite in SUITES.values():
+        names = {section.name for section in suite.sections}
+        runs = {(s.name, r.label) for s in suite.sections for r in s.runs} | {
+            (s.name, "floor") for s in suite.sections if s.floor
+        }
+        for target in suite.targets:
+            for figure in filter(None, (target.value, target.per)):
+                assert figure.section in names and (figure.section, figure.run) in runs, target.name
+        assert sum(s.timeout_s for s in suite.sections) >= suite.budget_s  # the budget, not the limits, binds
+
+
+def test_a_section_records_its_runs_and_codes(tmp_path):
+    path = tmp_path / "section.json"
+    run_section(
+        Section("shapes", "built-in", 60, model="shapes", runs=(SHAPES_RUN,)), str(path), device="cpu"
+    )
+    result = json.loads(path.read_text())
+    assert result["error"] is None and result["environment"]["device"] == "cpu"
+    (run,) = result["runs"]
+    assert [s["sampler"] for s in run["summaries"]] == ["ar", "sjd"]
+    assert run["summaries"][0]["forward_passes"] == 256 and len(run["codes"]["sjd"][0]) == 40  # a SHA-1
+    assert run["capture"] == {}  # eager: nothing captured
+
+
+def test_a_failing_section_is_recorded_not_raised(tmp_path):
+    path = tmp_path / "section.json"
+    run_section(Section("bad", "no model", 60, model="no-such-model", runs=(SHAPES_RUN,)), str(path), "cpu")
+    result = json.loads(path.read_text())
+    assert "no-such-model" in result["error"] and result["runs"] == []
+
+
+@pytest.mark.slow
+def test_a_suite_runs_sections_apart_and_reports_every_outcome(tmp_path):
+    """One section measures, one fails, one outlives its limit, and the next still runs: the report says
+    which, and the targets read what was measured."""
+    suite = Suite(
+        "test",
+        "a CPU suite",
+        (
+            Section("shapes", "built-in", 120, model="shapes", runs=(SHAPES_RUN,)),
+            Section("bad", "no model", 60, model="no-such-model", runs=(SHAPES_RUN,)),
+            Section("slow", "outlives its limit", 1, model="shapes", runs=(SHAPES_RUN,)),
+            Section("late", "past the budget", 120, model="shapes", runs=(SHAPES_RUN,)),
+        ),
+        (
+            Target(
+                "sjd fewer passes",
+                Figure("shapes", SHAPES_RUN.label, "sjd", "step_compression"),
+                1.0,
+                at_least=True,
+            ),
+            Target("bad", Figure("bad", SHAPES_RUN.label, "ar", "ms_per_forward"), 1.0),
+        ),
+        budget_s=10_000,
+    )
+    junit = tmp_path / "tests.xml"
+    junit.write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+        '<testcase classname="t" name="ok"/><testcase classname="t" name="bad"><failure/></testcase>'
+        '<testcase classname="t" name="skip"><skipped/></testcase></testsuite></testsuites>'
+    )
+    lines: list[str] = []
+    report = run_suite(suite, tmp_path / "out", budget_s=10_000, tests=junit, device="cpu", log=lines.append)
+    status = {name: s["status"] for name, s in report["sections"].items()}
+    assert status == {"shapes": "ok", "bad": "failed", "slow": "timeout", "late": "ok"}
+    assert report["targets"][0]["met"] is True and report["targets"][1]["met"] is None
+    assert report["tests"] == {
+        "file": str(junit),
+        "tests": 3,
+        "failures": 1,
+        "errors": 0,
+        "skipped": 1,
+        "failed": ["t::bad"],
+    }
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| sjd fewer passes |" in markdown and "1 passed, 1 failed" in markdown and "t::bad" in markdown
+    assert "## slow: outlives its limit" in markdown and "stopped at its limit of 1 s" in markdown
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["suite"] == "test"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.json", "report.md"]
+    assert any(line.startswith("[slow] timeout") for line in lines)
+
+
+def test_a_section_that_no_longer_fits_the_budget_is_skipped(tmp_path):
+    suite = Suite("test", "budget", (Section("late", "never runs", 120, model="shapes", runs=(SHAPES_RUN,)),))
+    report = run_suite(suite, tmp_path, budget_s=30, device="cpu", log=lambda _: None)
+    assert report["sections"]["late"]["status"] == "skipped"
+    assert "skipped in 0 s: 30 s of the budget left" in (tmp_path / "report.md").read_text()
+
+
+def test_unknown_sections_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="unknown section.*nope.*choose from shapes"):
+        run_suite(SUITES["gpu"], tmp_path / "x", sections=["nope"])
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_missing_junit_file_is_reported():
+    assert "did not finish" in read_junit("/nonexistent.xml")["error"]
+
+
+def test_the_report_renders_from_its_json(tmp_path):
+    report = {
+        "suite": "gpu",
+        "description": "d",
+        "commit": "abc",
+        "seconds": 3.0,
+        "environment": {"gpu": "NVIDIA H100", "torch": "2.11"},
+        "tests": None,
+        "targets": [
+            {"target": "t", "value": 1.1, "limit": 1.25, "at_least": False, "unit": "x", "met": True}
+        ],
+        "sections": {
+            "m": {
+                "name": "m",
+                "title": "model",
+                "status": "ok",
+                "seconds": 2.0,
+                "error": None,
+                "floor": None,
+                "runs": [
+                    {
+                        "label": "r",
+                        "compile": "cuda-graphs",
+                        "codes": {},
+                        "summaries": [_summary("ar")],
+                        "capture": {
+                            "ar": {
+                                "graph_captures": 2,
+                                "graph_replays": 10,
+                                "eager_steps": 4,
+                                "capture_seconds": 0.5,
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    write_report(report, tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    assert "Commit abc; NVIDIA H100, torch 2.11" in text and "| t | 1.1x | <= 1.25x | yes |" in text
+    assert "- `ar`: per image 2 graphs captured, 4 eager warm-up steps, 10 replays" in text
+
+
+@pytest.mark.cuda
+def test_a_section_captures_on_the_gpu(tmp_path):
+    path = tmp_path / "section.json"
+    runs = (
+        BenchRun("b eager", ("ar", "sjd"), compile="none", n=2, batch_size=2),
+        BenchRun("b cuda-graphs", ("ar", "sjd"), n=2, batch_size=2),
+    )
+    run_section(Section("shapes", "built-in", 60, model="shapes", runs=runs), str(path), device="cuda")
+    result = json.loads(path.read_text())
+    assert result["error"] is None and torch.cuda.get_device_name() == result["environment"]["gpu"]
+    assert codes_match(result) == {"b cuda-graphs: ar": True, "b cuda-graphs: sjd": True}
+    assert result["runs"][1]["capture"]["sjd"]["graph_replays"] > 0
