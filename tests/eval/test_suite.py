@@ -223,6 +223,8 @@ def test_the_report_renders_from_its_json(tmp_path):
                                 "graph_replays": 10,
                                 "eager_steps": 4,
                                 "capture_seconds": 0.5,
+                                "replay_seconds": 0.008,
+                                "ms_per_replay": 1.0,
                             }
                         },
                     }
@@ -233,7 +235,31 @@ def test_the_report_renders_from_its_json(tmp_path):
     write_report(report, tmp_path / "report.md")
     text = (tmp_path / "report.md").read_text()
     assert "Commit abc; NVIDIA H100, torch 2.11" in text and "| t | 1.1x | <= 1.25x | yes |" in text
-    assert "- `ar`: per image 2 graphs captured, 4 eager warm-up steps, 10 replays" in text
+    assert (
+        "- `ar`, per call: 2 graphs captured, 4 eager warm-up steps, 10 replays (1 ms each on the device)"
+        in text
+    )
+
+
+def test_capture_counts_are_per_call_and_replays_are_timed_after_capture():
+    from arjet.eval.suite import _capture_per_call
+
+    def record(call, images, captures, replays, replay_seconds):
+        counts = dict(
+            graph_captures=captures,
+            graph_replays=replays,
+            eager_steps=2 * captures,
+            capture_seconds=0.1,
+            replay_seconds=replay_seconds,
+        )
+        return {"sampler": "sjd", "call": call, "call_images": images, **counts}
+
+    # call 0 decodes two images (both records carry the call's counts), call 1 one image
+    records = [record(0, 2, 2, 12, 0.010), record(0, 2, 2, 12, 0.010), record(1, 1, 4, 24, 0.020)]
+    counts = _capture_per_call(records)["sjd"]
+    assert counts["graph_captures"] == 3 and counts["graph_replays"] == 18 and counts["eager_steps"] == 6
+    # the first replay of each graph runs inside its capture and is not timed: (12 - 2) + (24 - 4) timed
+    assert counts["ms_per_replay"] == pytest.approx(30 / 30)
 
 
 @pytest.mark.cuda
@@ -241,10 +267,29 @@ def test_a_section_captures_on_the_gpu(tmp_path):
     path = tmp_path / "section.json"
     runs = (
         BenchRun("b eager", ("ar", "sjd"), compile="none", n=2, batch_size=2),
-        BenchRun("b cuda-graphs", ("ar", "sjd"), n=2, batch_size=2),
+        BenchRun("b cuda-graphs", ("ar", "sjd"), n=2, batch_size=2, profile=("sjd",)),
     )
     run_section(Section("shapes", "built-in", 60, model="shapes", runs=runs), str(path), device="cuda")
     result = json.loads(path.read_text())
     assert result["error"] is None and torch.cuda.get_device_name() == result["environment"]["gpu"]
     assert codes_match(result) == {"b cuda-graphs: ar": True, "b cuda-graphs: sjd": True}
-    assert result["runs"][1]["capture"]["sjd"]["graph_replays"] > 0
+    captured = result["runs"][1]
+    assert captured["capture"]["sjd"]["graph_replays"] > 0
+    assert all(s["ms_per_replay"] > 0 for s in captured["summaries"])
+    profile = captured["profiles"]["sjd"]
+    assert profile["gpu_ms_per_forward"] > 0 and profile["kernels_per_forward"] > 10
+    assert 0 < sum(k["share"] for k in profile["top"]) <= 1 + 1e-9
+    write_report(
+        {
+            "suite": "t",
+            "description": "d",
+            "seconds": 1.0,
+            "targets": [],
+            "tests": None,
+            "sections": {
+                "shapes": {**result, "name": "shapes", "title": "t", "status": "ok", "seconds": 1.0}
+            },
+        },
+        tmp_path / "report.md",
+    )
+    assert "Kernels of `sjd` (eager, first" in (tmp_path / "report.md").read_text()

@@ -31,7 +31,7 @@ from typing import Any
 from ..reports.tables import markdown_table, number, significant
 from .speed import SamplerSummary
 
-SHAPES_PROMPTS = 8
+SHAPES_PROMPTS = 6
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ class BenchRun:
     n: int = 1  # prompts
     batch_size: int = 1
     size: int | None = None  # square image side in pixels (None: the model's default)
-    warmup: bool = (
-        True  # one untimed call per sampler first (a run after another at the same size needs none)
-    )
+    # one untimed call per sampler first (a run after another at the same size needs none)
+    warmup: bool = True
+    profile: tuple[str, ...] = ()  # samplers to run once more under the torch profiler (kernels per forward)
 
 
 @dataclass(frozen=True)
@@ -139,11 +139,13 @@ class Suite:
 
 
 # -- the suites ------------------------------------------------------------------------------------------
-def _modes(label: str, samplers: tuple[str, ...], **kwargs: Any) -> tuple[BenchRun, BenchRun]:
-    """The same run eagerly and as captured CUDA graphs."""
+def _modes(
+    label: str, samplers: tuple[str, ...], profile: tuple[str, ...] = (), **kwargs: Any
+) -> tuple[BenchRun, BenchRun]:
+    """The same run eagerly and as captured CUDA graphs (the second with the kernel profiles, if any)."""
     return (
         BenchRun(f"{label} eager", samplers, compile="none", **kwargs),
-        BenchRun(f"{label} cuda-graphs", samplers, compile="cuda-graphs", **kwargs),
+        BenchRun(f"{label} cuda-graphs", samplers, compile="cuda-graphs", profile=profile, **kwargs),
     )
 
 
@@ -163,7 +165,7 @@ def _gpu_sections(quick: bool) -> tuple[Section, ...]:
             150,
             model="shapes",
             runs=(
-                *_modes("batch 1", BUILTIN_SAMPLERS, n=4 if quick else SHAPES_PROMPTS),
+                *_modes("batch 1", BUILTIN_SAMPLERS, ("ar", "sjd"), n=4 if quick else SHAPES_PROMPTS),
                 *_modes("batch 8", ("ar", "sjd", "mc-sjd"), n=8, batch_size=8),
             ),
         ),
@@ -180,15 +182,8 @@ def _gpu_sections(quick: bool) -> tuple[Section, ...]:
             240 if quick else 330,
             arch="lumina-mgpt-7b-768",
             runs=(
-                *_modes(f"{small} px", LUMINA_SAMPLERS, size=small),
-                *(
-                    ()
-                    if quick
-                    else (
-                        BenchRun("768 px cuda-graphs", ("ar",), size=768, warmup=False),
-                        BenchRun("768 px eager", ("ar",), compile="none", size=768, warmup=False),
-                    )
-                ),
+                *_modes(f"{small} px", LUMINA_SAMPLERS, ("ar", "sjd", "sjd-pac"), size=small),
+                *(() if quick else (BenchRun("768 px cuda-graphs", ("ar",), size=768, warmup=False),)),
             ),
         ),
         Section(
@@ -245,16 +240,16 @@ def _gpu_targets(quick: bool) -> tuple[Target, ...]:
     return (
         *lumina_ar,
         Target(
-            "Lumina-mGPT-7B: `sjd` window forward over an `ar` forward",
-            Figure("lumina-mgpt-7b", small, "sjd", "ms_per_forward"),
+            "Lumina-mGPT-7B: `sjd` window forward over an `ar` forward (replayed steps)",
+            Figure("lumina-mgpt-7b", small, "sjd", "ms_per_replay"),
             1.25,
-            per=Figure("lumina-mgpt-7b", small, "ar", "ms_per_forward"),
+            per=Figure("lumina-mgpt-7b", small, "ar", "ms_per_replay"),
         ),
         Target(
-            "Lumina-mGPT-7B: `sjd-pac` 64-input forward over an `ar` forward",
-            Figure("lumina-mgpt-7b", small, "sjd-pac", "ms_per_forward"),
+            "Lumina-mGPT-7B: `sjd-pac` 64-input forward over an `ar` forward (replayed steps)",
+            Figure("lumina-mgpt-7b", small, "sjd-pac", "ms_per_replay"),
             1.4,
-            per=Figure("lumina-mgpt-7b", small, "ar", "ms_per_forward"),
+            per=Figure("lumina-mgpt-7b", small, "ar", "ms_per_replay"),
         ),
         Target(
             "Janus-Pro-7B: `ar` ms / forward",
@@ -307,8 +302,9 @@ def run_suite(
     device: str = "cuda",
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run `suite`'s sections (or the named ones) one child process each, then write `out/report.md` and
-    `out/report.json`. `tests`: a JUnit XML file of a test run to include (e.g. `pytest -m cuda`)."""
+    """Run `suite`'s sections (or the named ones) one child process each, writing `out/report.md` and
+    `out/report.json` after every section (so a run stopped from outside keeps what it measured).
+    `tests`: a JUnit XML file of a test run to include (e.g. `pytest -m cuda`)."""
     names = [s.name for s in suite.sections]
     chosen = list(names if sections is None else sections)
     unknown = [name for name in chosen if name not in names]
@@ -320,59 +316,63 @@ def run_suite(
     budget = suite.budget_s if budget_s is None else budget_s
     started = time.monotonic()
     results: dict[str, Any] = {}
-    context = multiprocessing.get_context("spawn")  # a fresh CUDA context per section
+    commit = _commit()
+    report: dict[str, Any] = {}
     for section in (s for s in suite.sections if s.name in chosen):
         left = budget - (time.monotonic() - started)
         if left < min(section.timeout_s, 60):
             results[section.name] = _status(section, "skipped", 0.0, f"{left:.0f} s of the budget left")
             log(f"[{section.name}] skipped: {left:.0f} s of the budget left")
-            continue
-        timeout = min(section.timeout_s, left)
-        path = out / f".section-{section.name}.json"
-        path.unlink(missing_ok=True)
-        log(f"[{section.name}] {section.title} (at most {timeout:.0f} s)")
-        begin = time.monotonic()
-        child = context.Process(target=run_section, args=(section, str(path), device))
-        child.start()
-        child.join(timeout)
-        status, error = "ok", None
-        if child.is_alive():
-            child.terminate()
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join()
-            status, error = "timeout", f"stopped at its limit of {timeout:.0f} s"
-        elif child.exitcode != 0:
-            status, error = "failed", f"exit code {child.exitcode}"
-        seconds = time.monotonic() - begin
-        result = json.loads(path.read_text()) if path.is_file() else {}
-        if result.get("error"):
-            status, error = "failed", result["error"]
-        results[section.name] = {
-            **_status(section, status, seconds, error),
-            **result,
-            "status": status,
-            "error": error,
-            "seconds": seconds,
+        else:
+            timeout = min(section.timeout_s, left)
+            log(f"[{section.name}] {section.title} (at most {timeout:.0f} s)")
+            results[section.name] = result = _run_child(section, out, device, timeout)
+            error = result["error"]
+            log(
+                f"[{section.name}] {result['status']} in {result['seconds']:.0f} s"
+                + (f": {error.strip().splitlines()[-1]}" if error else "")
+            )
+        report = {
+            "suite": suite.name,
+            "description": suite.description,
+            "commit": commit,
+            "seconds": time.monotonic() - started,
+            "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
+            "tests": read_junit(tests) if tests is not None else None,
+            "targets": [*(target.check(results) for target in suite.targets), _codes_target(results)],
+            "sections": results,
         }
-        path.unlink(missing_ok=True)
-        log(
-            f"[{section.name}] {status} in {seconds:.0f} s" + (f": {error.splitlines()[-1]}" if error else "")
-        )
-    report = {
-        "suite": suite.name,
-        "description": suite.description,
-        "commit": _commit(),
-        "seconds": time.monotonic() - started,
-        "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
-        "tests": read_junit(tests) if tests is not None else None,
-        "targets": [*(target.check(results) for target in suite.targets), _codes_target(results)],
-        "sections": results,
-    }
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    write_report(report, out / "report.md")
+        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_report(report, out / "report.md")
     return report
+
+
+def _run_child(section: Section, out: Path, device: str, timeout: float) -> dict[str, Any]:
+    """`run_section` in a spawned process (a fresh CUDA context), stopped after `timeout` seconds."""
+    path = out / f".section-{section.name}.json"
+    path.unlink(missing_ok=True)
+    begin = time.monotonic()
+    child = multiprocessing.get_context("spawn").Process(
+        target=run_section, args=(section, str(path), device)
+    )
+    child.start()
+    child.join(timeout)
+    status, error = "ok", None
+    if child.is_alive():
+        child.terminate()
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        status, error = "timeout", f"stopped at its limit of {timeout:.0f} s"
+    elif child.exitcode != 0:
+        status, error = "failed", f"exit code {child.exitcode}"
+    result = json.loads(path.read_text()) if path.is_file() else {}
+    path.unlink(missing_ok=True)
+    if result.get("error"):
+        status, error = "failed", result["error"]
+    seconds = time.monotonic() - begin
+    return {**_status(section, status, seconds, error), **result, "status": status, "error": error}
 
 
 def _codes_target(results: dict[str, Any]) -> dict[str, Any]:
@@ -444,7 +444,9 @@ def _section_pipeline(section: Section, device: str):
         from ..presets import random_pipeline
 
         dtype = torch_dtype(section.dtype) if section.dtype else None
-        return random_pipeline(section.arch, device=device, dtype=dtype, height=section.size, width=section.size)
+        return random_pipeline(
+            section.arch, device=device, dtype=dtype, height=section.size, width=section.size
+        )
     from ..builtin import load_model
 
     return load_model(section.model, device=device, dtype=section.dtype)
@@ -474,26 +476,89 @@ def _bench_run(pipe, section: Section, run: BenchRun) -> dict[str, Any]:
             **call,
         )
     codes: dict[str, list[str]] = {}
-    capture: dict[str, dict[str, float]] = {}
     for record in result.records:
         codes.setdefault(record["sampler"], []).append(record["codes_sha1"])
-        if "graph_captures" in record:
-            totals = capture.setdefault(record["sampler"], {})
-            for key in ("graph_captures", "graph_replays", "eager_steps", "capture_seconds"):
-                totals[key] = totals.get(key, 0) + record[key] / record["call_images"]
+    capture = _capture_per_call(result.records)
+    summaries = [asdict(s) for s in result.summaries]
+    for summary in summaries:
+        summary["ms_per_replay"] = capture.get(summary["sampler"], {}).get("ms_per_replay")
+    profiles = {spec: _kernel_profile(pipe, prompts[0], spec, call) for spec in run.profile}
     return {
         **asdict(run),
-        "summaries": [asdict(s) for s in result.summaries],
+        "summaries": summaries,
         "codes": codes,
         "capture": capture,
+        "profiles": profiles,
         "environment": result.environment,
     }
 
 
+def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per sampler, what the CUDA-graph runner did in an average call (`CAPTURE_KEYS`), and the device time of
+    one replayed step (`ms_per_replay`: replays after the first of each graph, which runs inside its capture)."""
+    from ..samplers.capture import CAPTURE_KEYS
+
+    totals: dict[str, dict[str, float]] = {}
+    calls: dict[str, set] = {}
+    for record in records:
+        if "graph_captures" not in record:
+            continue
+        spec = record["sampler"]
+        calls.setdefault(spec, set()).add(record["call"])
+        sums = totals.setdefault(spec, dict.fromkeys(CAPTURE_KEYS, 0.0))
+        for key in CAPTURE_KEYS:
+            sums[key] += record[key] / record["call_images"]  # the call's figure, shared over its images
+    per_call = {}
+    for spec, sums in totals.items():
+        timed = sums["graph_replays"] - sums["graph_captures"]
+        per_call[spec] = {key: value / len(calls[spec]) for key, value in sums.items()}
+        per_call[spec]["ms_per_replay"] = sums["replay_seconds"] / timed * 1e3 if timed > 0 else None
+    return per_call
+
+
+def _kernel_profile(
+    pipe, prompt: str, spec: str, call: dict[str, Any], steps: int = 40, top: int = 15
+) -> dict[str, Any]:
+    """The first `steps` decode steps of `spec`, eagerly, under the torch profiler: the GPU time and kernel
+    launches per forward pass, and the kernels that take the most of it. A captured step replays these same
+    kernels; its `ms_per_replay` over this GPU time is what the gaps between them cost."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def stop(pipe, step, forward_passes, tensors):
+        if forward_passes > steps:  # the prefill is the first forward pass
+            pipe._interrupt = True
+        return tensors
+
+    eager = {**call, "compile": "none"}
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        out = pipe(prompt, sampler=spec, seed=0, output_type="latent", callback_on_step_end=stop, **eager)
+        torch.cuda.synchronize()
+    passes = out.stats[0].forward_passes  # the prefill reads the weights once too: it counts as one
+    kernels = [e for e in profiler.key_averages() if e.self_device_time_total > 0]
+    total_us = sum(e.self_device_time_total for e in kernels)
+    rows = sorted(kernels, key=lambda e: -e.self_device_time_total)[:top]
+    return {
+        "forward_passes": passes,
+        "gpu_ms_per_forward": total_us / passes / 1e3,
+        "kernels_per_forward": sum(e.count for e in kernels) / passes,
+        "top": [
+            {
+                "kernel": e.key[:120],
+                "per_forward": e.count / passes,
+                "ms_per_forward": e.self_device_time_total / passes / 1e3,
+                "share": e.self_device_time_total / total_us,
+            }
+            for e in rows
+        ],
+    }
+
+
 def _commit() -> str | None:
+    """The checkout's commit (`-dirty` with uncommitted changes), or None outside a git checkout."""
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
+            ["git", "describe", "--always", "--dirty"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -559,8 +624,6 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 
 def _section_lines(section: dict[str, Any]) -> list[str]:
-    from .bench import BenchResult
-
     lines = [f"## {section['name']}: {section['title']}", ""]
     error = section.get("error")
     lines += [
@@ -573,20 +636,55 @@ def _section_lines(section: dict[str, Any]) -> list[str]:
         lines += [markdown_table(("query tokens", "eager ms", "CUDA graph ms"), rows, [True, True, True]), ""]
     matches = codes_match(section)
     for run in section.get("runs", []):
-        summaries = [SamplerSummary(**s) for s in run["summaries"]]
-        lines += [f"### {run['label']}", "", BenchResult(summaries, []).table(), ""]
+        lines += [f"### {run['label']}", "", _run_table(run), ""]
         for sampler, counts in run.get("capture", {}).items():
             same = {True: "; codes equal eager's", False: "; **codes differ from eager's**", None: ""}[
                 matches.get(f"{run['label']}: {sampler}")
             ]
             lines.append(
-                f"- `{sampler}`: per image {significant(counts['graph_captures'])} graphs captured, "
+                f"- `{sampler}`, per call: {significant(counts['graph_captures'])} graphs captured, "
                 f"{significant(counts['eager_steps'])} eager warm-up steps, {significant(counts['graph_replays'])} "
-                f"replays, {significant(counts['capture_seconds'])} s in warm-up and capture{same}"
+                f"replays ({significant(counts['ms_per_replay'])} ms each on the device), "
+                f"{significant(counts['capture_seconds'])} s in warm-up and capture{same}"
             )
         if run.get("capture"):
             lines.append("")
+        for sampler, profile in run.get("profiles", {}).items():
+            lines += _profile_lines(sampler, profile)
     return lines
+
+
+def _run_table(run: dict[str, Any]) -> str:
+    """The bench table of a run (`arjet bench`'s columns), plus the device time of a replayed step."""
+    from dataclasses import fields
+
+    from .bench import BenchResult
+
+    known = {f.name for f in fields(SamplerSummary)}
+    summaries = [SamplerSummary(**{k: v for k, v in s.items() if k in known}) for s in run["summaries"]]
+    table = BenchResult(summaries, []).table().splitlines()
+    if run["compile"] != "cuda-graphs":
+        return "\n".join(table)
+    table[0] += " ms / replayed step |"
+    table[1] += " ---: |"
+    for i, s in enumerate(run["summaries"]):
+        table[2 + i] += f" {significant(s.get('ms_per_replay'))} |"
+    return "\n".join(table)
+
+
+def _profile_lines(sampler: str, profile: dict[str, Any]) -> list[str]:
+    rows = [
+        (f"`{k['kernel']}`", number(k["per_forward"], 1), number(k["ms_per_forward"], 3), f"{k['share']:.0%}")
+        for k in profile["top"]
+    ]
+    return [
+        f"Kernels of `{sampler}` (eager, first {profile['forward_passes']} forward passes under the torch profiler): "
+        f"{profile['gpu_ms_per_forward']:.3g} ms of GPU time and {profile['kernels_per_forward']:.0f} kernels per "
+        "forward pass.",
+        "",
+        markdown_table(("kernel", "per forward", "ms per forward", "share"), rows, [False, True, True, True]),
+        "",
+    ]
 
 
 def codes_match(section: dict[str, Any]) -> dict[str, bool]:

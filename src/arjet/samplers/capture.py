@@ -43,15 +43,16 @@ def compile_mode(compile: bool | str, device: torch.device) -> str:
     return compile
 
 
-CAPTURE_KEYS = ("graph_captures", "graph_replays", "eager_steps", "capture_seconds")
+CAPTURE_KEYS = ("graph_captures", "graph_replays", "eager_steps", "capture_seconds", "replay_seconds")
 
 
 class CudaGraphRunner:
     """Runs decode steps eagerly `warmup` times per attention span, then as a captured CUDA graph.
 
     `counts()` says what it did (the `CAPTURE_KEYS`): graphs captured, steps replayed, steps run eagerly,
-    and the seconds spent on the eager warm-up steps and the captures (timed with the device synchronised
-    around them; replays are not timed, so the decode loop never waits for the device here)."""
+    the seconds spent on the eager warm-up steps and the captures (timed with the device synchronised
+    around them), and the device time of the replays (CUDA events around each, read once when `counts()` is
+    called after the decode: the loop itself never waits for them)."""
 
     def __init__(self, session: DecodingSession, warmup: int = 2):
         self.session = session
@@ -61,13 +62,18 @@ class CudaGraphRunner:
         self.eager_steps: dict[int, int] = {}
         self.replays = 0
         self.capture_seconds = 0.0
+        self._replay_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
     def __call__(self, step: Callable[[], None]) -> None:
         span = self.session.span
         captured = self.graphs.get(span)
         if captured is not None:
             graph, forwards = captured
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
             graph.replay()
+            end.record()
+            self._replay_events.append((begin, end))
             self.replays += 1
             self.session.count += forwards
             return
@@ -94,5 +100,12 @@ class CudaGraphRunner:
 
     def counts(self) -> dict[str, int | float]:
         """What ran how (see the class docstring), keyed by `CAPTURE_KEYS`."""
-        values = (len(self.graphs), self.replays, sum(self.eager_steps.values()), self.capture_seconds)
+        replay_ms = sum(begin.elapsed_time(end) for begin, end in self._replay_events)
+        values = (
+            len(self.graphs),
+            self.replays,
+            sum(self.eager_steps.values()),
+            self.capture_seconds,
+            replay_ms / 1e3,
+        )
         return dict(zip(CAPTURE_KEYS, values, strict=True))
