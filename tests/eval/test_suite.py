@@ -242,7 +242,7 @@ def test_the_report_renders_from_its_json(tmp_path):
 
 
 def test_capture_counts_are_per_call_and_replays_are_timed_after_capture():
-    from arjet.eval.suite import _capture_per_call
+    from arjet.eval.suite.run import _capture_per_call
 
     def record(call, images, captures, replays, replay_seconds):
         counts = dict(
