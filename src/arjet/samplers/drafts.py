@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .decoding import Decode
 
 INIT_SCHEMES = ("random", "repeat_horizontal", "repeat_vertical", "sample_horizontal", "sample_vertical")
 
@@ -153,32 +157,31 @@ def refill(
 def refill_window(
     drafts: Drafts,
     start: torch.Tensor,
+    decode: Decode,
     *,
-    num_cells: int,
     scheme: str,
     fresh: torch.Tensor,
-    codes: torch.Tensor,
-    top1: torch.Tensor | None,
-    width: int,
+    top1: torch.Tensor,
     u: torch.Tensor,
     uniform: bool = True,
 ) -> None:
     """`refill` for one window per image whose `S` slots guess the cells `start [B]`, `start + 1`, ...: its
-    `fresh [B, S]` slots inside the image's `num_cells` get initial guesses."""
+    `fresh [B, S]` slots inside the image get initial guesses from what `decode` has committed."""
     slots = drafts.codes.shape[-1]
     if not slots:
         return
+    session = decode.session
     cells = start[:, None] + torch.arange(slots, device=start.device)
-    inside = cells < num_cells
+    inside = cells < session.num_cells
     refill(
         drafts,
         scheme=scheme,
         cells=cells,
         inside=inside,
         fresh=inside & fresh,
-        codes=codes,
+        codes=decode.trace.codes,
         top1=top1,
-        width=width,
+        width=session.grid[1],
         u=u,
         uniform=uniform,
     )

@@ -133,16 +133,13 @@ class WindowStepper(Stepper):
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses for the `fresh [B, S]` slots inside the image, drawn with the uniforms `u`."""
-        session, init = self.decode.session, self.sampler.init
         refill_window(
             self.drafts,
             self.n,
-            num_cells=session.num_cells,
-            scheme=init,
+            self.decode,
+            scheme=self.sampler.init,
             fresh=fresh,
-            codes=self.decode.trace.codes,
-            top1=self.top1 if uses_top1(init) else None,
-            width=session.grid[1],
+            top1=self.top1,
             u=u,
             uniform=self.sampler.acceptance.uniform_guesses,
         )

@@ -326,17 +326,8 @@ class TreeStepper(Stepper):
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses, with the proposals they were drawn from, for the `fresh [B, S]` slots inside the
         image."""
-        session, init = self.decode.session, self.sampler.init
         refill_window(
-            self.drafts,
-            self.n,
-            num_cells=session.num_cells,
-            scheme=init,
-            fresh=fresh,
-            codes=self.decode.trace.codes,
-            top1=self.top1 if uses_top1(init) else None,
-            width=session.grid[1],
-            u=u,
+            self.drafts, self.n, self.decode, scheme=self.sampler.init, fresh=fresh, top1=self.top1, u=u
         )
 
 
