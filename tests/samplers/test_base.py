@@ -21,10 +21,12 @@ class Echo(Sampler):
 
     def run(self, decode):
         steps = -(-(decode.session.num_cells - 1) // self.per_step)
-        decode.run(_EchoStepper(decode, self.per_step), steps, reach=0, exact=True)
+        decode.run(_EchoStepper(decode, self.per_step), steps, exact=True)
 
 
 class _EchoStepper(Stepper):
+    reach = 0  # it feeds the model nothing
+
     def __init__(self, decode, per_step):
         self.decode, self.per_step = decode, per_step
 

@@ -277,7 +277,7 @@ class BaseARPipeline(DiffusionPipeline):
             call.guidance_scale if guided else None,
             codebook=self.image_tokenizer.codebook(),
             noise=self.noise_conditioning,
-            decoder=self._compiled_decoder() if call.compile == "inductor" else None,
+            decoder=self.compiled_decoder() if call.compile == "inductor" else None,
         )
         progress = self.progress_bar(total=batch * session.num_cells)
         hook = StepHook(self, lambda: self.interrupt, progress, call.callback, call.tensor_inputs)
@@ -313,7 +313,7 @@ class BaseARPipeline(DiffusionPipeline):
 
     __call__.__signature__ = call_signature()  # help(pipe) lists every argument `GenerationInputs` declares
 
-    def _compiled_decoder(self) -> CompiledDecoder:
+    def compiled_decoder(self) -> CompiledDecoder:
         """The decoder stack under `torch.compile`, built once per pipeline (compiling is the slow part)."""
         if self._compiled is None:
             self._compiled = CompiledDecoder(default_decoder(self.session_adapter()))

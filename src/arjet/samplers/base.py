@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .options import check_options
 
 if TYPE_CHECKING:
-    from .decoding import Decode
+    from .decoding import Decode, Stepper
 
 
 class Part:
@@ -35,7 +35,11 @@ class Part:
 
 
 class Sampler(Part):
-    """A decoding algorithm over the session's grid of image codes (see `arjet.session`)."""
+    """A decoding algorithm over the session's grid of image codes (see `arjet.session`). A `continuous`
+    sampler decodes through a `Stepper` whose lane views step some images alone (`stepper(decode)`), so a
+    continuous-batching engine can start an image in a lane while the others keep decoding."""
+
+    continuous: ClassVar[bool] = False
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
@@ -46,6 +50,10 @@ class Sampler(Part):
     def run(self, decode: Decode) -> None:
         """Decode every cell of every image, recording each commit in `decode.trace`."""
         raise NotImplementedError(f"{type(self).__name__} does not implement run(decode)")
+
+    def stepper(self, decode: Decode) -> Stepper:
+        """The decode's state and step (a `continuous` sampler's, not yet started)."""
+        raise NotImplementedError(f"{type(self).__name__} is not a continuous sampler")
 
 
 def requirements(part: Part) -> dict[str, str]:

@@ -9,9 +9,10 @@ device once every few steps to see whether every image is done.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -115,6 +116,24 @@ class DecodeTrace:
         """[B] bool: every cell of the image is decoded."""
         return (self.codes >= 0).all(1)
 
+    def lanes(self, session: DecodingSession, start: int, stop: int) -> DecodeTrace:
+        """The record of images `start:stop` (sharing this trace's tensors), over `session`, their lane view.
+        It runs no hooks."""
+        view = DecodeTrace.__new__(DecodeTrace)
+        view.session = session
+        view.codes, view.commit_step = self.codes[start:stop], self.commit_step[start:stop]
+        view.accepted, view.steps = self.accepted[start:stop], self.steps[start:stop]
+        view.on_step = view.on_progress = view.runner = None
+        view.check_every_step = view.hooks_by_loop = False
+        return view
+
+    def reset(self) -> None:
+        """Forget every commit (images started anew)."""
+        self.codes.fill_(-1)
+        self.commit_step.zero_()
+        self.accepted.zero_()
+        self.steps.zero_()
+
     def commit(self, cells: torch.Tensor, codes: torch.Tensor, valid: torch.Tensor | None = None) -> None:
         """Record codes `[B, n]` as final at cells `[B, n]` (where `valid`), stamped with the current step."""
         if valid is None:
@@ -168,13 +187,34 @@ class DecodeTrace:
 class Stepper:
     """A sampler's state between forwards. `Decode.run` commits cell 0 from the prefill and hands its codes to
     `start`, then calls `step` until every image is done; a step has the same shapes every time and reads
-    nothing back from the device."""
+    nothing back from the device.
+
+    Every piece of per-image state is a tensor whose first dimension is the image, named in `per_image` and
+    updated in place (`start` included: it sets an image's state as at the beginning of its decode). So
+    `lanes(decode, start, stop)` is a view that steps (or starts) images `start:stop` alone, sharing the
+    state, which a continuous-batching engine uses to start an image while others keep decoding."""
+
+    per_image: ClassVar[tuple[str, ...]] = ()
+    reach: int = 1  # the furthest, in cells, one step may move the session's furthest input (sizes the span)
 
     def start(self, first: torch.Tensor) -> None:
         """Set up once cell 0 is committed (`first [B]`: its codes), e.g. guess the first drafts."""
 
     def step(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+
+    def stop(self) -> None:
+        """Finish every image as it stands: from now on it queries nothing (until `start`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stop images early")
+
+    def lanes(self, decode: Decode, start: int, stop: int) -> Stepper:
+        """This stepper over images `start:stop`, through `decode` (their lane view of the decode)."""
+        view = copy.copy(self)
+        view.decode = decode
+        for name in self.per_image:
+            state = getattr(self, name)
+            setattr(view, name, state[start:stop])
+        return view
 
 
 @dataclass
@@ -186,13 +226,20 @@ class Decode:
     random: ImageRandom
     trace: DecodeTrace
 
-    def run(self, stepper: Stepper, max_steps: int, reach: int, *, exact: bool = False) -> None:
+    def lanes(self, start: int, stop: int) -> Decode:
+        """This decode over images `start:stop` alone (views sharing the session, streams and trace)."""
+        session = self.session.lanes(start, stop)
+        return Decode(
+            session, self.policy, self.random.lanes(start, stop), self.trace.lanes(session, start, stop)
+        )
+
+    def run(self, stepper: Stepper, max_steps: int, *, exact: bool = False) -> None:
         """Decode every image: cell 0 from the prefill, then `stepper.step()` (through `trace.runner`) until
         every image is done, reading the device once every `CHECK_EVERY` steps (every step with
-        `trace.check_every_step`) to see whether it is. With
-        `exact`, the decode takes exactly `max_steps` steps and the device is read once, at the end. `reach`:
-        the furthest, in cells, one step may move the session's furthest input (it sizes the attention span)."""
-        stepper.start(self._commit_first_cell())
+        `trace.check_every_step`) to see whether it is. With `exact`, the decode takes exactly `max_steps`
+        steps and the device is read once, at the end."""
+        stepper.start(self.commit_first_cell())
+        reach = stepper.reach
         session, trace = self.session, self.trace
         run = trace.runner or (lambda f: f())
         total = session.batch_size * session.num_cells
@@ -218,7 +265,7 @@ class Decode:
         finally:
             trace.hooks_by_loop = False
 
-    def _commit_first_cell(self) -> torch.Tensor:
+    def commit_first_cell(self) -> torch.Tensor:
         """Sample cell 0 from the prefill's distribution and commit it (the prefill's forward pass predicted
         it; no forward of its own is needed). Returns the codes `[B]`."""
         code = sample(self.policy.probs(self.session.first_logits), self.random.uniform(1)[:, 0])

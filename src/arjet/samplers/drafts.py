@@ -40,8 +40,12 @@ class Drafts:
     codes: torch.Tensor  # [..., S] long
     proposals: torch.Tensor  # [..., S, V]
 
-    def __getitem__(self, index: slice) -> Drafts:
-        """The drafts of slots `index` (a slice of the slot dimension)."""
+    def __getitem__(self, images: slice) -> Drafts:
+        """The drafts of images `images` (views), as a tensor of per-image state slices."""
+        return Drafts(self.codes[images], self.proposals[images])
+
+    def slots(self, index: slice) -> Drafts:
+        """The drafts of slots `index` (views over the slot dimension)."""
         return Drafts(self.codes[..., index], self.proposals[..., index, :])
 
     def replace(self, codes: torch.Tensor, proposals: torch.Tensor) -> None:

@@ -6,8 +6,10 @@ integer tensor ops on the sampler's device. So
 
 - an image's draws depend only on its key and on how many draws the decode made before, never on the other
   images of the batch (what lets a sharded evaluation reproduce a one-process run);
-- drawing needs no generator object, no host round trip and no per-image Python loop: the draw counter is a
-  device tensor advanced in place, so a captured CUDA graph replays fresh numbers at every step.
+- drawing needs no generator object, no host round trip and no per-image Python loop: each image's draw
+  counter is a device tensor advanced in place, so a captured CUDA graph replays fresh numbers at every step;
+- a view of some images (`lanes`) draws for them alone, and `reset` gives them new keys with their counters
+  at zero, so an image started in the middle of others' decodes draws exactly what it would alone.
 
 The hash is a 32-bit integer mixer (xor-shift / multiply rounds, multipliers below 2**31 so every product
 stays inside int64 without overflow), applied to the image's mixed key, the mixed counter and the element
@@ -78,12 +80,24 @@ class ImageRandom:
     def _setup(self, keys: torch.Tensor, device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.batch_size = len(keys)
-        keys = keys.to(device=self.device, dtype=torch.long)
-        self._key = _mix(_mix(keys >> 32) ^ (keys & _MASK32))[:, None]  # [B, 1]
-        self.counter = torch.zeros(1, dtype=torch.long, device=self.device)  # draws so far, advanced in place
+        self._key = _mixed_keys(keys.to(device=self.device, dtype=torch.long))  # [B, 1]
+        # draws so far per image, advanced in place
+        self.counter = torch.zeros(self.batch_size, 1, dtype=torch.long, device=self.device)
+
+    def lanes(self, start: int, stop: int) -> ImageRandom:
+        """The streams of images `start:stop`, sharing their keys and counters with this object."""
+        view = ImageRandom.__new__(ImageRandom)
+        view.device, view.batch_size = self.device, stop - start
+        view._key, view.counter = self._key[start:stop], self.counter[start:stop]
+        return view
+
+    def reset(self, keys: torch.Tensor) -> None:
+        """New keys `[B]` for these images, their counters back at zero (as a fresh object would have)."""
+        self._key.copy_(_mixed_keys(keys.to(device=self.device, dtype=torch.long)))
+        self.counter.zero_()
 
     def bits(self, *shape: int) -> torch.Tensor:
-        """`[B, *shape]` int64 holding 32 random bits each; advances the draw counter by one."""
+        """`[B, *shape]` int64 holding 32 random bits each; advances every image's draw counter by one."""
         count = 1
         for size in shape:
             count *= size
@@ -101,6 +115,10 @@ class ImageRandom:
         u = self.uniform(2, *shape)
         radius = torch.sqrt(-2.0 * torch.log(u[:, 0]))
         return (radius * torch.cos(2.0 * torch.pi * u[:, 1])).float()
+
+
+def _mixed_keys(keys: torch.Tensor) -> torch.Tensor:
+    return _mix(_mix(keys >> 32) ^ (keys & _MASK32))[:, None]
 
 
 def sample(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ class SJD(Sampler):
     coupling: bool = option(False, "couple re-drafts with the old drafts (MC-SJD, still exact)")
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "sjd"
+    continuous: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -55,12 +56,19 @@ class SJD(Sampler):
         check_fits_grid("window", self.window, type(self).window, grid, max_window)
 
     def run(self, decode: Decode) -> None:
-        stepper = WindowStepper(self, decode)
-        decode.run(stepper, decode.session.num_cells - 1, reach=self.window, exact=self.window == 1)
+        decode.run(self.stepper(decode), decode.session.num_cells - 1, exact=self.window == 1)
+
+    def stepper(self, decode: Decode) -> WindowStepper:
+        return WindowStepper(self, decode)
 
 
 class WindowStepper(Stepper):
-    """The state of an SJD decode between forwards, and its fixed-shape `step`."""
+    """The state of an SJD decode between forwards, and its fixed-shape `step`.
+
+    `window` is the window of the next step: the sampler's, unless an engine narrows it for a step (every
+    window is exact; `arjet.engine` picks one from the load). Draft slots past a narrower window start afresh."""
+
+    per_image = ("n", "drafts", "top1")
 
     def __init__(self, sampler: SJD, decode: Decode):
         self.sampler, self.decode = sampler, decode
@@ -71,7 +79,7 @@ class WindowStepper(Stepper):
             session.vocab_size,
             session.device,
         )
-        self.window = window = sampler.window
+        self.window = self.reach = window = sampler.window
         self.slots = slots = window - 1
         self.positions = torch.arange(window, device=device)
         self.row_ends = (window - 1) // session.grid[1] + 1  # row ends one window's inputs can cross
@@ -85,14 +93,21 @@ class WindowStepper(Stepper):
         )
 
     def start(self, first: torch.Tensor) -> None:
+        self.n.fill_(1)
+        self.top1.fill_(-1)
         every_slot = torch.ones_like(self.drafts.codes, dtype=torch.bool)
-        self._guess(every_slot, self.decode.random.uniform(self.window)[:, : self.slots])
+        self._guess(every_slot, self.decode.random.uniform(self.reach)[:, : self.slots])
+
+    def stop(self) -> None:
+        self.n.fill_(self.decode.session.num_cells)
 
     def step(self) -> None:
         session, trace, sampler = self.decode.session, self.decode.trace, self.sampler
-        cells, positions = session.num_cells, self.positions
+        window, cells = self.window, session.num_cells
+        slots, positions = window - 1, self.positions[:window]
+        drafts = self.drafts if slots == self.slots else self.drafts.slots(slice(None, slots))
         active = self.n < cells
-        length = torch.where(active, (cells - self.n).clamp(max=self.window), 0)  # window cells in the image
+        length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # window cells in the image
         in_window = positions < length[:, None]
         window_cells = self.n[:, None] + positions
 
@@ -100,21 +115,21 @@ class WindowStepper(Stepper):
         last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)
         logits = session.logits(
             torch.where(in_window, window_cells, -1),
-            torch.cat([last, self.drafts.codes], 1),
+            torch.cat([last, drafts.codes], 1),
             row_ends=self.row_ends,
         )
         p = self.decode.policy.probs(logits)  # [B, L, V]
         context = RuleContext(session.codebook)
         if self.soft_policy is not None:
-            context.soft_p = self.soft_policy.probs(logits[:, : self.slots])
+            context.soft_p = self.soft_policy.probs(logits[:, :slots])
         if uses_top1(sampler.init):
             scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
 
         # 2. verify the drafts, resample the first rejected one (or add a bonus code), commit
-        accept, draw, couple, guess = self.decode.random.uniform(4, self.window).unbind(1)
+        accept, draw, couple, guess = self.decode.random.uniform(4, window).unbind(1)
         outcome = jacobi_step(
             p,
-            self.drafts,
+            drafts,
             valid=in_window,
             rule=sampler.acceptance,
             context=context,
@@ -127,9 +142,14 @@ class WindowStepper(Stepper):
         self.n += outcome.advanced
 
         # 3. the samples after the commit are the next drafts; slots that carried none get initial guesses
-        if self.slots:
-            self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
-            self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
+        if not self.slots:
+            return
+        drafts.replace(outcome.next_drafts, outcome.next_proposals)
+        fresh = active[:, None] & ~outcome.carried
+        if slots < self.slots:  # a narrower window: the slots past it start afresh
+            fresh = torch.cat([fresh, active[:, None].expand(-1, self.slots - slots)], 1)
+            guess = self.decode.random.uniform(self.slots)
+        self._guess(fresh, guess[:, : self.slots])
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses for the `fresh [B, S]` slots inside the image, drawn with the uniforms `u`."""

@@ -71,7 +71,7 @@ class SJD2(Sampler):
         if decode.session.noise is None:  # pipelines refuse this earlier, naming the capability (`requires`)
             raise ValueError("sjd2 needs a session with noise conditioning (capability 'noise_conditioning')")
         stepper = DenoisingStepper(self, decode)
-        decode.run(stepper, decode.session.num_cells - 1, reach=stepper.window)
+        decode.run(stepper, decode.session.num_cells - 1)
 
 
 class DenoisingStepper(Stepper):
@@ -82,7 +82,7 @@ class DenoisingStepper(Stepper):
         session = decode.session
         self.noise = noise = session.noise
         self.coupling = sampler.coupling
-        self.window = window = min(sampler.window, session.num_cells)
+        self.window = self.reach = window = min(sampler.window, session.num_cells)
         self.slots = slots = window - 1
         self.top = top = sampler.denoising_levels(noise.config.levels)
         device = session.device

@@ -83,6 +83,7 @@ class SJDPAC(Sampler):
     )
     init: str = option("random", "how new draft slots are guessed", choices=INIT_SCHEMES)
     name: ClassVar[str] = "sjd-pac"
+    continuous: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -105,10 +106,11 @@ class SJDPAC(Sampler):
             )
 
     def run(self, decode: Decode) -> None:
+        decode.run(self.stepper(decode), decode.session.num_cells - 1)
+
+    def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
-        stepper = TreeStepper(self, decode)
-        tree = stepper.tree
-        decode.run(stepper, decode.session.num_cells - 1, reach=tree.main + tree.depth)
+        return TreeStepper(self, decode)
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,8 @@ class TreeLayout:
 class TreeStepper(Stepper):
     """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`."""
 
+    per_image = ("n", "pending", "drafts", "top1")
+
     def __init__(self, sampler: SJDPAC, decode: Decode):
         self.sampler, self.decode = sampler, decode
         session = decode.session
@@ -209,6 +213,7 @@ class TreeStepper(Stepper):
         self.row_ends = min(queries, (tree.depth + tree.main - 1) // width + 1 + tree.extra)
         self.is_refeed = torch.arange(queries, device=device) < tree.depth
         self.main_nodes = torch.arange(tree.main, device=device)
+        self.reach = tree.main + tree.depth
 
         self.n = torch.ones(batch, dtype=torch.long, device=device)
         self.pending = torch.zeros(batch, dtype=torch.long, device=device)  # committed codes to feed again
@@ -219,9 +224,16 @@ class TreeStepper(Stepper):
         self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)
 
     def start(self, first: torch.Tensor) -> None:
+        self.n.fill_(1)
+        self.pending.zero_()
+        self.top1.fill_(-1)
         self._guess(
             torch.ones_like(self.drafts.codes, dtype=torch.bool), self.decode.random.uniform(self.slots)
         )
+
+    def stop(self) -> None:
+        self.n.fill_(self.decode.session.num_cells)
+        self.pending.zero_()
 
     def step(self) -> None:
         session, trace, tree, drafts = self.decode.session, self.decode.trace, self.tree, self.drafts
@@ -268,7 +280,7 @@ class TreeStepper(Stepper):
             scatter_where(self.top1, window_cells, p.argmax(-1), valid)
         chain = verify(
             p[:, tree.depth : self.slots],
-            drafts[tree.depth :],
+            drafts.slots(slice(tree.depth, None)),
             usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
             rule=Exact(),
             context=RuleContext(),

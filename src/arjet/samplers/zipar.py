@@ -107,8 +107,7 @@ class ZipAR(Sampler):
         stepper = RowStepper(lanes, verify, decode)
         exact = verify.window == 1
         max_steps = lanes.steps_one_cell_each() if exact else session.num_cells - 1
-        reach = verify.window + session.grid[1]  # a new row starts one row on
-        decode.run(stepper, max_steps, reach, exact=exact)
+        decode.run(stepper, max_steps, exact=exact)
 
 
 @dataclass
@@ -164,6 +163,7 @@ class RowStepper(Stepper):
         session = decode.session
         batch, device = session.batch_size, session.device
         self.window = window = verify.window
+        self.reach = window + session.grid[1]  # a new row starts one row on
         self.slots = window - 1
         self.width = session.grid[1]
         count = len(lanes.starts)
@@ -183,7 +183,7 @@ class RowStepper(Stepper):
         self.drafts = Drafts(
             torch.zeros(batch, slots, draft_slots, dtype=torch.long, device=device),
             torch.zeros(batch, slots, draft_slots, session.vocab_size, device=device),
-        )[: self.slots]
+        ).slots(slice(None, self.slots))
         self.fed = torch.zeros(batch, session.num_cells + 1, dtype=torch.bool, device=device)  # code in cache
         self.track_top1 = uses_top1(verify.init)
         relaxes_greedy = verify.acceptance.relaxes_greedy

@@ -55,3 +55,13 @@ class SlotCache(Cache):
         self.capacity = capacity
         self.write_slots: torch.Tensor | None = None
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
+
+    def rows(self, rows: slice) -> SlotCache:
+        """A view holding rows `rows` of this (already filled) cache: writes through it land in this one."""
+        view = SlotCache(len(self.layers), self.capacity)
+        for mine, theirs in zip(view.layers, self.layers, strict=True):
+            if not theirs.is_initialized:
+                raise RuntimeError("a slot cache is viewed by rows only once a forward has filled it")
+            mine.keys, mine.values = theirs.keys[rows], theirs.values[rows]
+            mine.is_initialized = True
+        return view

@@ -33,6 +33,9 @@ class StaticDecoder(Protocol):
     def new_cache(self, rows: int, capacity: int) -> object:
         """A cache of `capacity` slots for `rows` sequences, filled by later forwards."""
 
+    def rows(self, cache: object, rows: slice) -> object:
+        """A view of `cache` holding rows `rows` only: forwards through it read and write just those rows."""
+
     def forward(
         self,
         cache: object,
@@ -56,6 +59,9 @@ class TransformersDecoder:
     def new_cache(self, rows: int, capacity: int) -> SlotCache:
         return SlotCache(self._num_layers, capacity)
 
+    def rows(self, cache: SlotCache, rows: slice) -> SlotCache:
+        return cache.rows(rows)
+
     def forward(self, cache, embeds, positions, slots, mask) -> torch.Tensor:
         cache.write_slots = slots
         return self._hidden_states(embeds, positions, mask, cache)
@@ -74,6 +80,9 @@ class CompiledDecoder:
 
     def new_cache(self, rows: int, capacity: int) -> object:
         return self.decoder.new_cache(rows, capacity)
+
+    def rows(self, cache: object, rows: slice) -> object:
+        return self.decoder.rows(cache, rows)
 
 
 PACK_LIMIT_BYTES = 1 << 30  # CPU: repack a stack's weights for oneDNN when they take at most this much
@@ -225,6 +234,9 @@ class LlamaStackDecoder:
         half = self.head_dim // 2
         signed_sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
         return KVCache(keys, torch.zeros_like(keys), cos[0], signed_sin)
+
+    def rows(self, cache: KVCache, rows: slice) -> KVCache:
+        return KVCache(cache.keys[:, rows], cache.values[:, rows], cache.cos, cache.sin)
 
     def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
         rows, m, _ = embeds.shape

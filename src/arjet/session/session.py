@@ -23,6 +23,12 @@ main line is kept by feeding its codes again, as ordinary inputs at their own sl
 Rollback is implicit: the inputs of a call stay in the cache only if `commit` keeps them; otherwise
 their slots are simply overwritten later.
 
+Lanes: `lanes(start, stop)` is a view of images `start:stop` that shares this session's cache and
+bookkeeping, so a call on it computes and writes only those images' rows (CFG's conditional and
+unconditional rows of an image sit side by side, so every lane range is one slice of rows), and
+`admit(prefix)` on a view starts new images in its rows: their prompt is prefilled and everything after it
+forgotten, while the other images keep decoding. A continuous-batching engine runs on these two.
+
 Shapes are fixed by the query tensor alone: a call with `n` queries packs `n` code inputs plus room for
 the row-end tokens of at most `row_ends` of them, and attends over the first `span` slots of the cache
 (`reserve`). Nothing here reads the device: misuse that can only be seen in the data (committing an
@@ -32,6 +38,7 @@ raised by `check()`, which the decode loop calls when it reads the device anyway
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -82,6 +89,14 @@ class _Inputs:
     last: torch.Tensor  # [B, n] column of each query's last input
 
 
+@dataclass
+class _Reach:
+    """The furthest slot fed so far as last read from the device (`check`); a session and its lane views
+    share it, so a view's `reserve` sizes its span from what every lane has fed."""
+
+    frontier: int
+
+
 class DecodingSession:
     span_step_min = 64  # the attention span grows in steps of at least this many slots (tests lower it)
 
@@ -100,7 +115,6 @@ class DecodingSession:
         self.noise = noise  # a fine-tune for noisy code embeddings: the capability "noise_conditioning"
         self._code_table: torch.Tensor | None = None
         self.layout = layout
-        self.prefix = prefix
         self.guided = guidance_scale is not None
         self.guidance_scale = guidance_scale
         rows = prefix.ids.shape[0]
@@ -108,7 +122,9 @@ class DecodingSession:
             raise ValueError(f"a guided session needs [cond; uncond] rows, got {rows} rows")
         self._rows = rows
         self._batch = rows // 2 if self.guided else rows
+        self.prefix = self._side_by_side(prefix)
         self.device = prefix.ids.device
+        self._is_view = False
         self.decoder: StaticDecoder = decoder or default_decoder(adapter)
         self.misuse = torch.zeros(len(Misuse), dtype=torch.bool, device=self.device)  # flags by `Misuse`
         self.count = 0
@@ -118,6 +134,7 @@ class DecodingSession:
         self._queried = False
         self._allocate(branches=0)
         self.first_logits = self._prefill()  # [B, V] guided logits of cell 0
+        self._reach = _Reach(self.prefix.length + self.body_offset - 1)
 
     # -- what samplers see -------------------------------------------------------------------------
     @property
@@ -142,10 +159,13 @@ class DecodingSession:
         same logits; not counted as a forward pass)."""
         if count <= self.branches:
             return
-        if self._queried:
-            raise RuntimeError("reserve_branches must come before the session's first logits call")
+        if self._queried or self._is_view:
+            raise RuntimeError(
+                "reserve_branches must come before the session's first logits call or lane view"
+            )
         self._allocate(count)
         self._prefill(counted=False)
+        self._reach = _Reach(self.prefix.length + self.body_offset - 1)
 
     @torch.inference_mode()
     def logits(
@@ -193,7 +213,7 @@ class DecodingSession:
         inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n), branch)
         rows = self._both_halves
         embeds = rows(self._embed_inputs(cells, codes, inputs, embeddings, embedded))
-        positions = rows(inputs.home) - self.body_start + self.prefix.length - self.prefix.pad[:, None]
+        positions = rows(inputs.home) - self.body_offset - self.prefix.pad[:, None]
         hidden = self._forward(embeds, rows(inputs.slots), self._allowed(inputs, sees), positions)
         last = rows(inputs.last)
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
@@ -226,7 +246,7 @@ class DecodingSession:
     def reserve(self, cells: int) -> None:
         """Attend over enough slots for inputs up to `cells` cells past the furthest one fed so far (read at
         the last `check`); the span grows in a few fixed steps, each a shape of its own."""
-        bound = self._frontier + 1 + (cells // self.layout.width + 2) * self.layout.row_stride
+        bound = self._reach.frontier + 1 + (cells // self.layout.width + 2) * self.layout.row_stride
         step = self.span_step_min
         bucket = step * max(1, _ceil_div(_ceil_div(self.capacity, 8), step))
         self.span = min(self.capacity, bucket * _ceil_div(bound, bucket))
@@ -241,7 +261,7 @@ class DecodingSession:
         return torch.cat([self.misuse.long(), self.frontier])
 
     def apply_status(self, status: list[int]) -> None:
-        *flags, self._frontier = status
+        *flags, self._reach.frontier = status
         for misuse, happened in zip(Misuse, flags, strict=True):
             if happened:
                 raise ValueError(f"decoding session misuse: {misuse.message}")
@@ -254,14 +274,70 @@ class DecodingSession:
                 self._code_table = self.adapter.embed_codes(codes)[0].float()
         return self._code_table
 
+    # -- lanes ---------------------------------------------------------------------------------------
+    def lanes(self, start: int, stop: int) -> DecodingSession:
+        """A view of images `start:stop`: it shares this session's cache, bookkeeping and misuse flags, and a
+        call on it computes and writes only those images' rows. Its `count` counts its own calls."""
+        if not 0 <= start < stop <= self._batch:
+            raise ValueError(f"lanes {start}:{stop} are not inside this session's {self._batch} images")
+        per = 2 if self.guided else 1
+        rows = slice(per * start, per * stop)
+        view = copy.copy(self)
+        view._is_view = True
+        view._batch, view._rows = stop - start, per * (stop - start)
+        view.prefix = Prefix(self.prefix.ids[rows], self.prefix.visible[rows], self.prefix.pad[rows])
+        view.cache = self.decoder.rows(self.cache, rows)
+        view.filled = self.filled[rows]
+        view.forward_passes = self.forward_passes[start:stop]
+        view.first_logits = self.first_logits[start:stop]
+        view.prompt_end, view.body_start = self.prompt_end[start:stop], self.body_start[start:stop]
+        view.count = 0
+        view._last = None
+        return view
+
+    def admit(self, prefix: Prefix) -> None:
+        """Start new images in this session's rows (usually a lane view's): `prefix` (`[cond; uncond]` rows as
+        the constructor takes, at most the session's prefix length) replaces their prompt, everything they
+        had in the cache is forgotten, and the prompt is prefilled (one forward pass, counted), giving the new
+        `first_logits`. The rows then lay out their prompt, branch slots and image exactly as a session made
+        for `prefix` alone would (the image starts right after the prompt), so they compute what it would.
+        Other images of the session are untouched."""
+        length = prefix.length
+        if prefix.ids.shape[0] != self._rows or length > self.prefix.length:
+            raise ValueError(
+                f"admit needs a prefix of {self._rows} rows of at most {self.prefix.length} tokens (the session's "
+                f"prefix region); got {tuple(prefix.ids.shape)}"
+            )
+        prefix = self._side_by_side(prefix)
+        self.prefix.ids[:, :length] = prefix.ids.to(self.device)
+        self.prefix.visible[:, :length] = prefix.visible.to(self.device)
+        self.prefix.visible[:, length:] = False
+        self.prefix.pad.copy_(prefix.pad.to(self.device))
+        self.prompt_end.fill_(length)
+        self.body_start.fill_(length + self.body_offset)
+        self.filled.zero_()
+        self.forward_passes.zero_()
+        self._last = None
+        self.first_logits.copy_(self._prefill(length))
+
     # -- internals ---------------------------------------------------------------------------------
+    def _side_by_side(self, prefix: Prefix) -> Prefix:
+        """`[cond; uncond]` rows reordered so that each image's two rows sit side by side."""
+        if not self.guided:
+            return prefix
+        order = torch.arange(self._rows, device=prefix.ids.device).view(2, -1).t().flatten()
+        return Prefix(prefix.ids[order], prefix.visible[order], prefix.pad[order])
+
     def _both_halves(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x, x]) if self.guided else x
+        """Per-image `[B, ...]` as per-row `[rows, ...]` (each image's value for both of its CFG rows)."""
+        if not self.guided:
+            return x
+        return x[:, None].expand(x.shape[0], 2, *x.shape[1:]).reshape(2 * x.shape[0], *x.shape[1:])
 
     def _guide(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.guided:
             return logits
-        cond, uncond = logits.chunk(2)
+        cond, uncond = logits.view(self._batch, 2, *logits.shape[1:]).unbind(1)
         return uncond + self.guidance_scale * (cond - uncond)
 
     def _forward(
@@ -312,31 +388,37 @@ class DecodingSession:
         layout, prefix = self.layout, self.prefix
         self.branches = branches
         self._branch_stride = 1 + len(layout.row_end_ids)
-        self.body_start = prefix.length + branches * self._branch_stride
-        self.capacity = self.body_start + layout.body_length + 1
+        self.body_offset = branches * self._branch_stride  # the branch region, between prompt and image
+        # per image: where its prompt ends and its image begins (a lane admitted later has its own)
+        self.prompt_end = torch.full((self._batch,), prefix.length, dtype=torch.long, device=self.device)
+        self.body_start = self.prompt_end + self.body_offset
+        self.capacity = prefix.length + self.body_offset + layout.body_length + 1
         self.scratch = self.capacity - 1  # padding inputs write here; never visible to a real query
         self.cache = self.decoder.new_cache(self._rows, self.capacity)
         self.filled = torch.zeros(self._rows, self.capacity, dtype=torch.bool, device=self.device)
         self.span = self.capacity
-        self.frontier = torch.full((1,), self.body_start - 1, dtype=torch.long, device=self.device)
+        first_body = prefix.length + self.body_offset
+        self.frontier = torch.full((1,), first_body - 1, dtype=torch.long, device=self.device)
         self._keys = torch.arange(self.capacity, device=self.device)
 
     @torch.inference_mode()
-    def _prefill(self, counted: bool = True) -> torch.Tensor:
+    def _prefill(self, length: int | None = None, counted: bool = True) -> torch.Tensor:
+        """Run the first `length` prompt slots (default: the whole prefix region); the guided logits of the
+        image's first cell `[B, V]`."""
         prefix = self.prefix
-        length = prefix.length
+        length = prefix.length if length is None else length
+        ids, shown = prefix.ids[:, :length], prefix.visible[:, :length]
         slots = torch.arange(length, device=self.device).expand(self._rows, length).contiguous()
         keys = self._keys[: self._span]
         causal = keys[None, None, :] <= slots[..., None]
         visible = torch.zeros(self._rows, len(keys), dtype=torch.bool, device=self.device)
-        visible[:, :length] = prefix.visible
+        visible[:, :length] = shown
         allowed = causal & (visible[:, None, :] | (keys == slots[..., None]))
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
         positions = slots - prefix.pad[:, None]
-        hidden = self._forward(self.adapter.embed_tokens(prefix.ids), slots, allowed, positions)
-        self.filled[:, :length] = prefix.visible
-        self._frontier = self.body_start - 1
+        hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions)
+        self.filled[:, :length] = shown
         if counted:
             self.count += 1
             self.forward_passes += 1
@@ -359,7 +441,7 @@ class DecodingSession:
         n_struct = len(layout.row_end_ids)
         has_input = cells >= 1
         prev = (cells - 1).clamp(min=0)
-        home = torch.where(has_input, self.body_start + layout.cell_offset(prev), self.scratch)
+        home = torch.where(has_input, self.body_start[:, None] + layout.cell_offset(prev), self.scratch)
         if branch is None:
             is_branch = torch.zeros_like(has_input)
             base = home
@@ -367,7 +449,7 @@ class DecodingSession:
             branch = branch.to(self.device).expand_as(cells)
             is_branch = has_input & (branch >= 0)
             self.misuse[Misuse.BRANCH_OUT_OF_RANGE] |= (is_branch & (branch >= self.branches)).any()
-            block = self.prefix.length + branch * self._branch_stride
+            block = self.prompt_end[:, None] + branch * self._branch_stride
             base = torch.where(is_branch, torch.where(branch < self.branches, block, self.scratch), home)
         ephemeral = (
             torch.zeros_like(has_input) if ephemeral is None else ephemeral.to(self.device) & has_input

@@ -1,0 +1,153 @@
+"""A group of lanes: one decoding session whose images ("lanes") start and finish independently.
+
+The session holds `lanes` images over one static KV cache with room for a prompt of `prompt_tokens` tokens.
+Each lane has a view of the decode and of the sampler's stepper (`Decode.lanes`, `Stepper.lanes`): admitting
+a request prefills its prompt in the lane's rows (laid out as a session of its own would: the image right
+after the prompt), gives the lane the request's random key and starts the stepper there, exactly as
+`pipe(...)` starts an image, while the other lanes keep their state. A step runs on the *bucket* of the first `k` lanes (`k` a
+power of two covering every busy lane), so a lightly loaded engine computes only the lanes it uses; each
+bucket (and, in adaptive mode, each window) is one fixed shape, on CUDA one captured graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..pipelines.base import BaseARPipeline
+from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, LogitsPolicy, Sampler, Stepper
+from ..samplers.capture import CudaGraphRunner
+from ..session import DecodingSession, Prefix
+from .requests import GroupKey, Request
+
+
+def buckets(lanes: int) -> list[int]:
+    """Lane counts a step may run on: powers of two below `lanes`, and `lanes`."""
+    sizes, size = [], 1
+    while size < lanes:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, lanes]
+
+
+@dataclass
+class LaneStatus:
+    """What one read of the device says about every lane."""
+
+    done: list[bool]
+    decoded: list[int]  # cells decoded so far
+
+
+class LaneGroup:
+    """`lanes` images of one `GroupKey`, decoded by `sampler` (a continuous one) on `pipe`'s model."""
+
+    def __init__(
+        self,
+        pipe: BaseARPipeline,
+        key: GroupKey,
+        sampler: Sampler,
+        lanes: int,
+        prompt_tokens: int,
+        *,
+        compile: str = "none",
+    ):
+        self.pipe, self.key, self.sampler, self.lanes = pipe, key, sampler, lanes
+        self.prompt_tokens = prompt_tokens
+        self.guided = key.guidance_scale != 1
+        device = pipe._execution_device
+        rows = lanes * (2 if self.guided else 1)
+        idle = Prefix(  # no prompt yet: every slot hidden (each query still sees itself, so nothing is NaN)
+            torch.zeros(rows, prompt_tokens, dtype=torch.long, device=device),
+            torch.zeros(rows, prompt_tokens, dtype=torch.bool, device=device),
+            torch.zeros(rows, dtype=torch.long, device=device),
+        )
+        session = DecodingSession(
+            pipe.session_adapter(),
+            pipe.image_layout(key.grid),
+            idle,
+            key.guidance_scale if self.guided else None,
+            codebook=pipe.image_tokenizer.codebook(),
+            noise=pipe.noise_conditioning,
+            decoder=pipe.compiled_decoder() if compile == "inductor" else None,
+        )
+        policy = LogitsPolicy(key.temperature, key.top_k, key.top_p)
+        random = ImageRandom.from_keys(torch.zeros(lanes, dtype=torch.long), device)
+        self.decode = Decode(session, policy, random, DecodeTrace(session))
+        self.stepper = sampler.stepper(self.decode)
+        self.stepper.stop()  # no lane holds an image yet
+        self.lane_views = [self._view(i, i + 1) for i in range(lanes)]
+        self.bucket_views = {size: self._view(0, size) for size in buckets(lanes)}
+        self.cuda_graphs = compile == "cuda-graphs"
+        self.runners: dict[tuple[int, int], CudaGraphRunner] = {}
+        self.requests: list[Request | None] = [None] * lanes
+        self.started = [0.0] * lanes
+        self.decoded = [0] * lanes  # cells decoded per lane, as last read from the device
+
+    def _view(self, start: int, stop: int) -> tuple[Decode, Stepper]:
+        decode = self.decode.lanes(start, stop)
+        return decode, self.stepper.lanes(decode, start, stop)
+
+    # -- lanes -------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> list[int]:
+        return [lane for lane, request in enumerate(self.requests) if request is not None]
+
+    def free_lane(self) -> int | None:
+        return next((lane for lane, request in enumerate(self.requests) if request is None), None)
+
+    def admit(self, lane: int, request: Request, prefix: Prefix, now: float) -> None:
+        """Start `request` in `lane`: its prompt prefilled there, its key, cell 0, the stepper's start."""
+        decode, stepper = self.lane_views[lane]
+        decode.session.admit(prefix)
+        decode.random.reset(request.key)
+        decode.trace.reset()
+        stepper.start(decode.commit_first_cell())
+        self.requests[lane] = request
+        self.started[lane] = now
+        self.decoded[lane] = 1
+
+    def release(self, lane: int) -> Request | None:
+        """Free `lane` (its image stops where it stands); returns the request it held."""
+        request, self.requests[lane] = self.requests[lane], None
+        self.lane_views[lane][1].stop()
+        return request
+
+    # -- steps --------------------------------------------------------------------------------------------
+    def bucket(self) -> int:
+        """The smallest bucket covering every busy lane."""
+        highest = max(self.busy, default=0)
+        return next(size for size in self.bucket_views if size > highest)
+
+    def step(self, size: int, window: int | None = None) -> None:
+        """One step of the first `size` lanes (`window`: the adaptive mode's window for this step)."""
+        decode, stepper = self.bucket_views[size]
+        if window is not None:
+            stepper.window = window
+        decode.session.reserve(stepper.reach)
+        if not self.cuda_graphs:
+            stepper.step()
+            return
+        runner = self.runners.get((size, stepper.window))
+        if runner is None:
+            runner = self.runners[(size, stepper.window)] = CudaGraphRunner(decode.session)
+        runner(stepper.step)
+
+    def status(self) -> LaneStatus:
+        """One read of the device: which lanes are done, how far each is; raises session misuse."""
+        trace, session = self.decode.trace, self.decode.session
+        lanes = self.lanes
+        values = torch.cat([trace.done.long(), (trace.codes >= 0).sum(1), session.status()]).tolist()
+        session.apply_status(values[2 * lanes :])
+        self.decoded = values[lanes : 2 * lanes]
+        return LaneStatus([bool(v) for v in values[:lanes]], self.decoded)
+
+    def result(self, lane: int) -> tuple[torch.Tensor, DecodeStats]:
+        """The codes `[H, W]` (on the CPU) and stats of the image in `lane`."""
+        decode, _ = self.lane_views[lane]
+        codes = decode.trace.codes[0].view(self.key.grid).cpu()
+        return codes, decode.trace.stats(self.key.sampler)[0]
+
+    def codes(self, lane: int) -> torch.Tensor:
+        """A copy of the lane's codes `[H, W]` so far (-1 where not decoded yet)."""
+        return self.lane_views[lane][0].trace.codes[0].view(self.key.grid).clone()
