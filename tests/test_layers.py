@@ -20,6 +20,7 @@ LAYERS = (
     ("package face", ("__init__",)),
     ("applications", ("app", "train")),
     ("evaluation", ("eval",)),
+    ("engine", ("engine",)),
     ("model sources", ("builtin", "presets", "testing")),
     ("pipelines", ("pipelines",)),
     ("algorithms and codecs", ("samplers", "vq")),

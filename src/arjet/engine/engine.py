@@ -120,6 +120,11 @@ class Engine:
         self.close()
 
     @property
+    def closing(self) -> bool:
+        """Whether `close` has been called (the decode thread stops at the end of its current step)."""
+        return self._closing
+
+    @property
     def queued(self) -> int:
         with self._lock:
             return len(self._queue)
@@ -216,7 +221,7 @@ class Engine:
     # -- the decode thread ------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            with torch.inference_mode():
+            with torch.no_grad():  # as `pipe(...)`: state made here is updated in place from any thread
                 while self._round():
                     pass
         except BaseException as error:  # a bug or misuse: fail every request rather than hang them

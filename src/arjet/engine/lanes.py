@@ -145,7 +145,7 @@ class LaneGroup:
     def result(self, lane: int) -> tuple[torch.Tensor, DecodeStats]:
         """The codes `[H, W]` (on the CPU) and stats of the image in `lane`."""
         decode, _ = self.lane_views[lane]
-        codes = decode.trace.codes[0].view(self.key.grid).cpu()
+        codes = decode.trace.codes[0].view(self.key.grid).to("cpu", copy=True)  # the lane is reused
         return codes, decode.trace.stats(self.key.sampler)[0]
 
     def codes(self, lane: int) -> torch.Tensor:

@@ -171,7 +171,7 @@ class DecodeTrace:
         steps = self.steps[:, 0].tolist()
         accepted = self.accepted.tolist()
         tokens = (self.codes >= 0).sum(1).tolist()
-        commit_step = self.commit_step.cpu()
+        commit_step = self.commit_step.to("cpu", copy=True)  # the trace may be reused (an engine lane)
         return [
             DecodeStats(
                 sampler=name,

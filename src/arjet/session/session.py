@@ -133,7 +133,9 @@ class DecodingSession:
         self._last: _Inputs | None = None
         self._queried = False
         self._allocate(branches=0)
-        self.first_logits = self._prefill()  # [B, V] guided logits of cell 0
+        # [B, V] guided logits of cell 0; a plain tensor (the prefill runs in inference mode), so that `admit`
+        # can write a new image's into it in place
+        self.first_logits = self._prefill().clone()
         self._reach = _Reach(self.prefix.length + self.body_offset - 1)
 
     # -- what samplers see -------------------------------------------------------------------------

@@ -1,0 +1,166 @@
+"""The continuous-batching engine: each request decodes exactly as it would alone, whatever runs beside it."""
+
+import random
+import threading
+
+import pytest
+import torch
+
+from arjet.engine import Cancelled, Engine, QueueFull
+from arjet.testing import tiny_pipeline
+
+GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
+PROMPTS = [
+    "a red circle",
+    "a blue square on a green background",
+    "star",
+    "a small yellow triangle left of a circle",
+    "a",
+]
+SAMPLERS = ["ar", "sjd:window=3", "mc-sjd:window=4", "sjd-pac:window=9,tree_width=2", "lantern:k=2,delta=0.1"]
+
+
+def _pipe(family):
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _alone(pipe, sampler, seeds):
+    return [
+        pipe(prompt, sampler=sampler, seed=seed, output_type="latent").codes[0]
+        for prompt, seed in zip(PROMPTS, seeds, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_a_request_decodes_as_it_would_alone_whatever_the_arrival_order(family, sampler):
+    """Bit for bit (float32 on the CPU): prompts of different lengths, lanes reused, three arrival orders."""
+    pipe = _pipe(family)
+    seeds = [10 + i for i in range(len(PROMPTS))]
+    alone = _alone(pipe, sampler, seeds)
+    for lanes, order in ((1, [0, 1, 2, 3, 4]), (3, [4, 3, 2, 1, 0]), (3, [2, 0, 4, 1, 3])):
+        with Engine(pipe, lanes=lanes, prompt_tokens=32) as engine:
+            requests = {i: engine.submit(PROMPTS[i], sampler=sampler, seed=seeds[i]) for i in order}
+            results = {i: request.result(timeout=120) for i, request in requests.items()}
+        for i, codes in enumerate(alone):
+            assert torch.equal(results[i].codes, codes), (lanes, order, i)
+            assert results[i].stats.tokens == codes.numel()
+
+
+def test_mixed_samplers_share_one_engine():
+    """Requests of several samplers (groups side by side, and a sampler that cannot share lanes, which runs
+    as one call) arrive interleaved at random moments; each still decodes as alone."""
+    pipe = _pipe("emu3")
+    samplers = ["ar", "mc-sjd:window=4", "zipar:w=2", "sjd-pac:window=9,tree_width=2"]
+    jobs = [(PROMPTS[i % len(PROMPTS)], samplers[i % len(samplers)], 100 + i) for i in range(12)]
+    random.Random(3).shuffle(jobs)
+    expected = [pipe(p, sampler=s, seed=seed, output_type="latent").codes[0] for p, s, seed in jobs]
+    with Engine(pipe, lanes=2, max_groups=2, prompt_tokens=32) as engine:
+        submitted = []
+        for j, (prompt, sampler, seed) in enumerate(jobs):
+            submitted.append(engine.submit(prompt, sampler=sampler, seed=seed))
+            if j % 3 == 2:
+                submitted[-1].result(timeout=120)  # let the engine run a while before more arrive
+        results = [request.result(timeout=120) for request in submitted]
+    for result, codes in zip(results, expected, strict=True):
+        assert torch.equal(result.codes, codes)
+
+
+def test_finished_lanes_are_refilled_at_the_next_step():
+    """Under a steady queue every lane holds an image at almost every step (only the last images finish
+    with lanes left empty)."""
+    pipe = _pipe("emu3")
+    with Engine(pipe, lanes=4, prompt_tokens=32) as engine:
+        engine.generate([PROMPTS[i % 5] for i in range(40)], seed=0, sampler="mc-sjd:window=4")
+        stats = engine.stats
+    assert stats.images == 40 and stats.utilisation >= 0.9
+
+
+def test_the_queue_is_bounded_and_requests_can_be_cancelled():
+    pipe = _pipe("janus")
+    engine = Engine(pipe, lanes=1, max_queue=2, prompt_tokens=32)  # not started: requests only queue
+    first = engine.submit("a red circle", seed=0)
+    second = engine.submit("a blue square", seed=1)
+    with pytest.raises(QueueFull, match=r"2 requests are waiting \(max_queue=2\)"):
+        engine.submit("star", seed=2)
+    first.cancel()
+    with engine:
+        with pytest.raises(Cancelled, match="cancelled before it started"):
+            first.result(timeout=60)
+        assert second.result(timeout=60).codes.shape == GRIDS["janus"]
+
+
+def test_a_request_past_its_time_limit_frees_its_lane():
+    pipe = _pipe("janus")
+    release = threading.Event()
+
+    def slow(codes):  # the engine's thread waits here after the request's first step
+        release.wait(timeout=30)
+
+    with Engine(pipe, lanes=1, prompt_tokens=32) as engine:
+        late = engine.submit("a red circle", seed=0, time_limit=0.05, on_step=slow)
+        after = engine.submit("a blue square", seed=1)
+        threading.Timer(0.5, release.set).start()
+        with pytest.raises(Cancelled, match="past its time limit"):
+            late.result(timeout=60)
+        assert torch.equal(
+            after.result(timeout=60).codes, pipe("a blue square", seed=1, output_type="latent").codes[0]
+        )
+
+
+def test_codes_stream_to_a_watcher_as_they_are_decoded():
+    pipe = _pipe("lumina_mgpt")
+    seen = []
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        result = engine.submit("a red circle", seed=4, sampler="sjd:window=3", on_step=seen.append).result(60)
+    decoded = [int((codes >= 0).sum()) for codes in seen]
+    assert decoded == sorted(decoded) and decoded[0] > 0 and decoded[-1] < result.codes.numel()
+    assert all(torch.equal(codes[codes >= 0], result.codes[codes >= 0]) for codes in seen)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"sampler": "sjd:windw=3"}, "windw"),
+        ({"height": 7}, "height"),
+        ({"temperature": -1.0}, "temperature"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
+def test_bad_requests_are_refused_before_they_queue(options, message):
+    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
+    with pytest.raises(ValueError, match=message):
+        engine.submit("a red circle", **options)
+    assert engine.queued == 0
+
+
+def test_a_prompt_longer_than_the_lanes_prompt_region_is_refused():
+    engine = Engine(_pipe("emu3"), lanes=1, prompt_tokens=8)
+    with pytest.raises(ValueError, match="more than this engine's prompt_tokens=8"):
+        engine.submit("a blue square on a green background next to a red circle")
+
+
+def test_closing_fails_the_requests_still_decoding_or_waiting():
+    engine = Engine(_pipe("lumina_mgpt"), lanes=1, prompt_tokens=32)
+    first_step, release = threading.Event(), threading.Event()
+
+    def hold(codes):  # the engine's thread waits here after the request's first step
+        first_step.set()
+        release.wait(timeout=30)
+
+    decoding = engine.submit("a red circle", seed=0, on_step=hold)
+    waiting = engine.submit("a blue square", seed=1)
+    engine.start()
+    assert first_step.wait(timeout=60)
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    while not engine.closing:
+        closer.join(timeout=0.01)
+    release.set()
+    closer.join(timeout=60)
+    for request in (decoding, waiting):
+        with pytest.raises(Cancelled, match="the engine stopped"):
+            request.result(timeout=60)
+    with pytest.raises(RuntimeError, match="the engine is closed"):
+        engine.submit("star")
