@@ -77,6 +77,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="prompts per pipeline call (default 1); with more, `images / s` is the throughput of a batch",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=types.int_list_type(1, DEFAULT_LIMITS.max_images_per_call),
+        default=None,
+        metavar="C,C,...",
+        help="measure throughput through the continuous-batching engine instead: at each concurrency, that "
+        "many clients keep one request each in flight over an engine with as many lanes, until --n images are "
+        "done; images / s, p50 / p95 latency, lane utilisation (--samplers may name the engine's 'adaptive')",
+    )
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="with --concurrency: also draw images / s against concurrency here",
+    )
     add_seed_argument(parser)
     parser.add_argument(
         "--data-dir",
@@ -143,7 +158,13 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise ValueError(f"--{name} must be a positive number of pixels, got {value}")
-    specs = parse_specs(args.samplers)  # checks every spec
+    throughput = args.concurrency is not None
+    if throughput and args.batch_size != 1:
+        raise ValueError("--concurrency measures the engine, which keeps its lanes full: drop --batch-size")
+    if args.plot is not None and not throughput:
+        raise ValueError("--plot draws the --concurrency measurement: add --concurrency 1,4,16")
+    plot = checks.output_file("--plot", args.plot, suffixes=(".png",)) if args.plot is not None else None
+    specs = parse_specs(args.samplers, modes=("adaptive",) if throughput else ())  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
     sampling = sampling_options(args)
     compile = compile_argument(args)
@@ -152,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
     # 2. the model, then the bench
     call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}
     call = {key: value for key, value in call.items() if value is not None}
+    if throughput:
+        return _throughput(args, arch, specs, prompts, call, path, plot, print_json)
     call["batch_size"] = args.batch_size
     if arch is None:
         pipe = load_pipeline(args)
@@ -191,6 +214,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _throughput(args, arch, specs, prompts, call, path, plot, print_json) -> int:
+    """`--concurrency`: the engine's images / s, latency and lane utilisation per sampler and concurrency."""
+    from ..eval.throughput import run_throughput
+
+    pipe = load_pipeline(args) if arch is None else _random_pipeline(args, arch)
+    with warnings.catch_warnings():  # a random model's small vocabulary: words do not change the cost
+        if arch is not None:
+            warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
+        result = run_throughput(
+            pipe, specs, prompts, args.concurrency, seed=args.seed, progress=not print_json, **call
+        )
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json_text(result.to_dict()) + "\n")
+    if plot is not None:
+        from ..reports.plots import throughput
+
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        throughput(result.to_dict()["rows"]).savefig(plot, dpi=120)
+    if print_json:
+        print(json_text(result.to_dict()))
+        return 0
+    print(f"\n{len(prompts)} images per measurement on {result.environment['device']}, through the engine")
+    print(result.table())
+    for row in result.rows:
+        if row.windows:
+            print(f"{row.sampler} at concurrency {row.concurrency}: steps by window {row.windows}")
+    for written in (path, plot):
+        if written is not None:
+            print(f"wrote {written}")
+    return 0
+
+
 SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults
     "model": None,
     "arch": None,
@@ -199,6 +255,8 @@ SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults
     "prompts": None,
     "n": 8,
     "batch_size": 1,
+    "concurrency": None,
+    "plot": None,
     "height": None,
     "width": None,
     "compile": "off",

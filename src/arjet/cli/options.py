@@ -203,11 +203,12 @@ def check_model_arguments(args: argparse.Namespace) -> str:
     return str(resolve_checkpoint(resolve_model(args.model)))
 
 
-def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
+def parse_specs(text: str, extra: list[str] | None = None, modes: tuple[str, ...] = ()) -> list[str]:
     """Sampler specs from a command-line list, deduplicated: `'ar;sjd:window=8,init=random;zipar'`, or with
     commas only, where a `key=value` piece belongs to the spec before it (`'ar,sjd:window=8,init=random,zipar'`);
     `extra` specs (a repeatable option) are appended. Each spec is checked (`arjet.samplers.get`), so a bad one
-    fails here, before any model work."""
+    fails here, before any model work; `modes` are names the command takes besides samplers (the engine's
+    `adaptive`)."""
     from .. import samplers
 
     if ";" in text:
@@ -223,7 +224,8 @@ def parse_specs(text: str, extra: list[str] | None = None) -> list[str]:
     if not specs:
         raise ValueError(f"the sampler list names no sampler: {text!r}")
     for spec in specs:
-        samplers.get(spec)
+        if spec not in modes:
+            samplers.get(spec)
     return specs
 
 

@@ -71,3 +71,16 @@ def bool_type() -> Callable[[str], bool]:
 def device_type() -> Callable[[str], str]:
     """A torch device that exists here (`cpu`, `cuda`, `cuda:1`, `mps`)."""
     return _typed(checks.check_device, "device")
+
+
+def int_list_type(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], list[int]]:
+    """Comma-separated integers within the bounds (`--concurrency 1,4,16`), each read as `int_type` reads one."""
+    one = int_type(minimum, maximum)
+
+    def convert(text: str) -> list[int]:
+        values = [one(piece.strip()) for piece in text.split(",")]
+        if len(set(values)) != len(values):
+            raise ValueError(f"names a value twice: {text!r}")
+        return values
+
+    return _typed(convert, "integer list")

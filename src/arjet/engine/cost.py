@@ -1,13 +1,18 @@
 """How much to speculate: the adaptive mode's choice of window, step by step, from the load.
 
-The engine measures, when an adaptive group starts, how long one step takes for every (bucket of lanes,
-window) shape on this device, and it estimates from the decode itself how often a draft is accepted. For
-MC-SJD with a window of `L` positions a lane commits on average `e(L) = 1 + a + ... + a^(L-1)` codes per
-step (`a`: the chance a draft passes, given the one before it did); with `n` busy lanes in a bucket of `b`,
-a step of window `L` makes `n * e(L)` codes in `t(b, L)` seconds. The engine picks the window with the most
-codes per second: a lone request gets a wide window (a forward costs little more with it), a full engine
-under load gets a narrow one or none (`L = 1` is plain AR). Every window is exact, so the choice changes
-speed only, never the distribution of any image.
+A step of window `L` over a bucket of `b` lanes (`b` lanes computed, `n` of them busy) costs `t(b, L)`
+seconds and commits `m(L)` codes per busy lane on average, so it makes `n * m(L) / t(b, L)` codes per
+second; the engine picks the window that makes the most. Both figures are learnt on this device and this
+model: `t` is measured for every shape when an adaptive group starts and then followed step by step (a
+moving average of what steps really take: a busy machine or a warmer cache moves it), `m` is followed for
+each window from what its steps commit (`m(1) = 1`: plain AR). A Jacobi window's yield is not a fixed
+function of one acceptance rate (its drafts improve over the steps they stay in the window), so every
+window's yield is measured, not modelled: each window is tried a few times first, and every `probe_every`
+steps the window used least recently gets one step, so the figures follow the decode as it goes.
+
+A lone request thus gets the window with the best latency (a wide one where a forward costs little more
+with it); a full engine gets a narrow window or none (`L = 1`) once wider windows stop paying for their
+compute. Every window is exact, so the choice changes speed only, never the distribution of any image.
 """
 
 from __future__ import annotations
@@ -18,36 +23,26 @@ from collections.abc import Callable, Sequence
 WINDOWS = (1, 2, 4, 8, 16)  # the adaptive mode's windows (each its own shape)
 
 
-def expected_codes(acceptance: float, window: int) -> float:
-    """`e(L)`: codes a lane commits per step with `window` positions when each draft passes with
-    `acceptance` given the previous one did."""
-    a = min(max(acceptance, 0.0), 0.999)
-    return (1 - a**window) / (1 - a)
-
-
-def acceptance_from(mean_codes: float, window: int) -> float:
-    """The `a` with `expected_codes(a, window) == mean_codes` (bisection; 0 for one code or less)."""
-    if window <= 1 or mean_codes <= 1:
-        return 0.0
-    target = min(mean_codes, window - 1e-6)
-    low, high = 0.0, 0.999
-    for _ in range(50):
-        middle = (low + high) / 2
-        if expected_codes(middle, window) < target:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
 class CostModel:
-    """Step times per (bucket, window), measured once; the acceptance rate, learned as the decode goes."""
+    """Step times per (bucket, window) and committed codes per window, both followed as the decode goes."""
 
-    def __init__(self, times: dict[tuple[int, int], float], acceptance: float = 0.5, smoothing: float = 0.1):
-        self.times = times
-        self.acceptance = acceptance
-        self.smoothing = smoothing
+    def __init__(
+        self,
+        times: dict[tuple[int, int], float],
+        *,
+        smoothing: float = 0.1,
+        trials: int = 3,
+        probe_every: int = 64,
+    ):
+        self.times = dict(times)
         self.windows = sorted({window for _, window in times})
+        self.smoothing = smoothing
+        self.trials = trials  # steps each window gets before the model chooses by its figures
+        self.probe_every = probe_every
+        self.codes: dict[int, float] = {1: 1.0}  # mean codes per busy lane per step, by window
+        self.tried = dict.fromkeys(self.windows, 0)
+        self.last_used = dict.fromkeys(self.windows, 0)
+        self.steps = 0
 
     @classmethod
     def measure(
@@ -67,15 +62,32 @@ class CostModel:
                 times[(size, window)] = best
         return cls(times)
 
-    def choose(self, size: int, busy: int) -> int:
-        """The window with the most codes per second for `busy` lanes in a bucket of `size` lanes."""
-        return max(
-            self.windows,
-            key=lambda window: busy * expected_codes(self.acceptance, window) / self.times[(size, window)],
-        )
+    def rate(self, size: int, busy: int, window: int) -> float | None:
+        """Codes per second of a step of `window` with `busy` lanes in a bucket of `size` (None: its yield is
+        not known yet)."""
+        codes = self.codes.get(window)
+        return None if codes is None else busy * codes / self.times[(size, window)]
 
-    def observe(self, window: int, mean_codes: float) -> None:
-        """Learn from a step of `window` whose busy lanes committed `mean_codes` codes each on average."""
-        if window > 1:
-            measured = acceptance_from(mean_codes, window)
-            self.acceptance += self.smoothing * (measured - self.acceptance)
+    def choose(self, size: int, busy: int) -> int:
+        """The window of the next step for `busy` lanes in a bucket of `size` lanes."""
+        self.steps += 1
+        untried = [window for window in reversed(self.windows) if self.tried[window] < self.trials]
+        if untried:
+            window = untried[0]
+        elif self.steps % self.probe_every == 0:
+            window = min(self.windows, key=lambda w: self.last_used[w])
+        else:
+            window = max(self.windows, key=lambda w: self.rate(size, busy, w) or 0.0)
+        self.tried[window] += 1
+        self.last_used[window] = self.steps
+        return window
+
+    def observe(self, size: int, window: int, seconds: float, mean_codes: float | None) -> None:
+        """Learn from a step of `window` over a bucket of `size` lanes that took `seconds` and committed
+        `mean_codes` codes per running lane (None when no lane was running)."""
+        key = (size, window)
+        self.times[key] += self.smoothing * (seconds - self.times[key])
+        if mean_codes is None or window == 1:
+            return
+        known = self.codes.get(window)
+        self.codes[window] = mean_codes if known is None else known + self.smoothing * (mean_codes - known)

@@ -56,6 +56,22 @@ class EngineStats:
         """Busy lanes over all lanes of the groups that stepped."""
         return self.busy_lane_steps / self.lane_steps if self.lane_steps else 0.0
 
+    def snapshot(self) -> EngineStats:
+        """A copy of the figures as they are now."""
+        return EngineStats(
+            self.images, self.steps, self.lane_steps, self.busy_lane_steps, collections.Counter(self.windows)
+        )
+
+    def since(self, earlier: EngineStats) -> EngineStats:
+        """What happened after `earlier` (a `snapshot`)."""
+        return EngineStats(
+            self.images - earlier.images,
+            self.steps - earlier.steps,
+            self.lane_steps - earlier.lane_steps,
+            self.busy_lane_steps - earlier.busy_lane_steps,
+            self.windows - earlier.windows,
+        )
+
 
 class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
@@ -303,17 +319,22 @@ class Engine:
         size = group.bucket()
         cost = self._costs.get(group.key)
         window = None if cost is None else cost.choose(size, len(busy))
+        start = time.perf_counter()
         group.step(size, window)
-        status = group.status()
+        status = group.status()  # reads the device: the step's time is all in
+        seconds = time.perf_counter() - start
         self.stats.steps += 1
         self.stats.lane_steps += group.lanes
         self.stats.busy_lane_steps += len(busy)
         if window is not None:
             self.stats.windows[window] += 1
             running = [lane for lane in busy if before[lane] < group.decode.session.num_cells]
-            if running:
-                codes = sum(status.decoded[lane] - before[lane] for lane in running) / len(running)
-                cost.observe(window, codes)
+            codes = (
+                sum(status.decoded[lane] - before[lane] for lane in running) / len(running)
+                if running
+                else None
+            )
+            cost.observe(size, window, seconds, codes)
         self._finish(group, status)
 
     def _finish(self, group: LaneGroup, status) -> None:

@@ -135,3 +135,21 @@ def comparison_grid(
     for side in ax.spines.values():
         side.set_visible(False)
     return figure
+
+
+def throughput(rows: Sequence[Mapping[str, Any]]) -> Figure:
+    """Images per second against concurrency, one line per sampler (`rows`: `sampler`, `concurrency`,
+    `images_per_second`)."""
+    figure = Figure(figsize=(5.2, 3.8), layout="constrained")
+    axes = figure.add_subplot()
+    for sampler in dict.fromkeys(row["sampler"] for row in rows):
+        points = sorted(
+            (row["concurrency"], row["images_per_second"]) for row in rows if row["sampler"] == sampler
+        )
+        axes.plot(*zip(*points, strict=True), marker="o", label=sampler)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("concurrent requests (engine lanes)")
+    axes.set_ylabel("images / s")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    return figure

@@ -23,6 +23,7 @@ from .base import Sampler
 from .decoding import Decode, Stepper
 from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
 from .options import MAX_SIZE, check_fits_grid, option
+from .random import sample
 from .speculative import AcceptanceRule, Exact, RuleContext, Uniforms, jacobi_step
 
 
@@ -66,7 +67,9 @@ class WindowStepper(Stepper):
     """The state of an SJD decode between forwards, and its fixed-shape `step`.
 
     `window` is the window of the next step: the sampler's, unless an engine narrows it for a step (every
-    window is exact; `arjet.engine` picks one from the load). Draft slots past a narrower window start afresh."""
+    window is exact; `arjet.engine` picks one from the load). Draft slots past a narrower window start afresh;
+    a window of one is a plain AR step that leaves the drafts as they are (a draft verified later against
+    its own proposal is exact however old it is; it is only less likely to pass)."""
 
     per_image = ("n", "drafts", "top1")
 
@@ -102,6 +105,9 @@ class WindowStepper(Stepper):
         self.n.fill_(self.decode.session.num_cells)
 
     def step(self) -> None:
+        if self.window == 1 < self.reach:
+            self._ar_step()
+            return
         session, trace, sampler = self.decode.session, self.decode.trace, self.sampler
         window, cells = self.window, session.num_cells
         slots, positions = window - 1, self.positions[:window]
@@ -150,6 +156,20 @@ class WindowStepper(Stepper):
             fresh = torch.cat([fresh, active[:, None].expand(-1, self.slots - slots)], 1)
             guess = self.decode.random.uniform(self.slots)
         self._guess(fresh, guess[:, : self.slots])
+
+    def _ar_step(self) -> None:
+        """One code per image from the last committed one, as `ar` decodes (the window narrowed to one)."""
+        session, trace = self.decode.session, self.decode.trace
+        active = self.n < session.num_cells
+        cell = torch.where(active, self.n, -1)[:, None]
+        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)
+        p = self.decode.policy.probs(session.logits(cell, last, row_ends=1))
+        code = sample(p, self.decode.random.uniform(1))
+        if uses_top1(self.sampler.init):
+            scatter_where(self.top1, cell, p.argmax(-1), active[:, None])
+        session.commit(active[:, None])
+        trace.commit(cell, code)
+        self.n += active.long()
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses for the `fresh [B, S]` slots inside the image, drawn with the uniforms `u`."""
