@@ -18,7 +18,7 @@ DOC = PACKAGE.parents[1] / "docs" / "architecture.md"
 LAYERS = (
     ("command line", ("cli", "__main__")),
     ("package face", ("__init__",)),
-    ("applications", ("app", "train")),
+    ("applications", ("app", "serve", "train")),
     ("evaluation", ("eval",)),
     ("engine", ("engine",)),
     ("model sources", ("builtin", "presets", "testing")),

@@ -218,6 +218,7 @@ class Engine:
             generator_state=generator_state,
             on_step=on_step,
             deadline=None if limit is None else time.monotonic() + limit,
+            withdraw=self._withdraw,
         )
         with self._lock:
             if self._closing:
@@ -227,6 +228,15 @@ class Engine:
             self._queue.append(request)
             self._lock.notify_all()
         return request
+
+    def _withdraw(self, request: Request) -> None:
+        """A cancelled request leaves the queue now (one in a lane is freed by the decode thread)."""
+        with self._lock:
+            try:
+                self._queue.remove(request)
+            except ValueError:
+                return  # already in a lane, or gone
+        request.fail(Cancelled(f"request {request.id} was cancelled before it started"))
 
     def generate(self, prompts: Iterable[str], *, seed: int = 0, **options: Any) -> list[EngineResult]:
         """Every prompt through the engine (prompt `i` with seed `seed + i`), waiting for all; the results

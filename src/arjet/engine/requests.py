@@ -68,14 +68,19 @@ class Request:
     generator_state: torch.Tensor | None = None  # its generator before the key was drawn
     on_step: Callable[[torch.Tensor], None] | None = None  # gets the codes `[H, W]` after each step
     deadline: float | None = None  # time.monotonic() after which the request is cancelled
+    withdraw: Callable[[Request], None] | None = None  # takes a cancelled request out of its queue at once
     id: int = field(default_factory=lambda: next(_ids))
     submitted: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def cancel(self) -> None:
-        """Stop the request: it leaves the queue, or frees its lane at the engine's next step."""
+        """Stop the request: it leaves the queue at once, or frees its lane at the engine's next step."""
+        if self.future.done():
+            return
         self._cancelled.set()
+        if self.withdraw is not None:
+            self.withdraw(self)
 
     @property
     def cancelled(self) -> bool:
