@@ -120,7 +120,7 @@ def test_a_run_writes_images_records_metrics_table_and_plots(uninterrupted, caps
         assert row["fid"] > 0 and 0 <= row["clip_score"] <= 100 and row["latency_speedup"] > 0
     report = (out / "report.md").read_text()
     assert (
-        "| sampler | images | FID | CLIP score | forward passes | step compression | s / image | latency speedup |"
+        "| sampler | images | FID | CLIP score | forward passes | step compression | s / image | images / s | latency speedup |"
         in report
     )
     assert "arjet eval --model" in report and f"--samplers {SAMPLERS}" in report
@@ -158,6 +158,24 @@ def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, unin
     assert per_image(out) == per_image(uninterrupted)
     assert quality(out) == pytest.approx(quality(uninterrupted))
     assert images(out) == images(uninterrupted)
+
+
+def test_a_batched_run_keeps_its_lanes_full_and_equals_one_image_at_a_time(setup, uninterrupted):
+    """`--batch-size 3`: `ar` and `sjd` decode through the engine (lanes refilled as images finish),
+    `zipar` in calls of three; every image and record is that of the one-at-a-time run, killed midway and
+    resumed too. The engine's records time each image by the wall time since the one before it."""
+    out = setup[0] / "batched"
+    command = [sys.executable, "-c", CRASH_AFTER, "7", *eval_args(setup, out, "--batch-size", "3")]
+    killed = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
+    assert killed.returncode == 75, killed.stderr[-2000:]
+    assert main(["eval", *eval_args(setup, out, "--batch-size", "3")]) == 0
+    assert images(out) == images(uninterrupted)
+    timing = (*TIMING, "batch_size", "latency_seconds")
+    strip = lambda rows: [{k: v for k, v in row.items() if k not in timing} for row in rows]  # noqa: E731
+    assert strip(per_image(out)) == strip(per_image(uninterrupted))
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    engine_rows = [row for row in rows if row["sampler"] != "zipar"]
+    assert all(row["batch_size"] == 3 and row["latency_seconds"] > 0 for row in engine_rows)
 
 
 def test_two_processes_under_accelerate_launch_equal_one_process(setup, uninterrupted):

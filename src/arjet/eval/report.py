@@ -12,7 +12,7 @@ import numpy as np
 
 from ..builtin import model_name
 from ..reports import plots
-from ..reports.tables import markdown_table, number, ratio
+from ..reports.tables import markdown_table, number, ratio, significant
 from .atomic import atomic_target, write_text
 from .scoring import SamplerResult, load_images
 from .settings import EvalSettings
@@ -27,6 +27,7 @@ HEADER = (
     "forward passes",
     "step compression",
     "s / image",
+    "images / s",
     "latency speedup",
     "accepted / step",
 )
@@ -42,6 +43,7 @@ def results_table(results: Sequence[SamplerResult]) -> str:
             number(r.forward_passes, 1),
             ratio(r.step_compression),
             number(r.seconds, 3),
+            significant(r.images_per_second),
             ratio(r.latency_speedup),
             number(r.accepted_per_step),
         )

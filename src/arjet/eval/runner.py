@@ -26,6 +26,7 @@ import math
 import os
 import re
 import statistics
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -260,16 +261,58 @@ class _Worker:
             return
         from tqdm.auto import tqdm
 
-        # warm-up (untimed): first-call costs must not land on the first image's seconds
-        self.pipe(
-            self.prompts[jobs[0].index], sampler=sampler, seed=0, output_type="latent", **self.call_kwargs
-        )
         where = f" (this process's share of {processes})" if processes > 1 else ""
         with tqdm(total=len(jobs), desc=f"{spec}{where}", unit="image", disable=not self.show) as bar:
+            if batch_size > 1 and sampler.continuous:
+                self._generate_continuously(spec, sampler, jobs, batch_size, bar)
+                return
+            # warm-up (untimed): first-call costs must not land on the first image's seconds
+            self.pipe(
+                self.prompts[jobs[0].index], sampler=sampler, seed=0, output_type="latent", **self.call_kwargs
+            )
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
                 self._generate(spec, sampler, batch)
                 bar.update(len(batch))
+
+    def _generate_continuously(self, spec: str, sampler, jobs: list[Job], lanes: int, bar) -> None:
+        """The jobs through an engine of `lanes` lanes, refilled as images finish. Each image is the one
+        `pipe(prompt, seed=...)` makes alone; its record's `seconds` is the wall time since the image before
+        it finished (so they add up to the run's time, and their mean is the time per image at this
+        throughput), `latency_seconds` its own decode."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        from ..engine import Engine
+
+        options = {key: value for key, value in self.call_kwargs.items() if key != "compile"}
+        with Engine(
+            self.pipe, lanes=lanes, max_queue=len(jobs), compile=self.call_kwargs["compile"]
+        ) as engine:
+            engine.submit(self.prompts[jobs[0].index], sampler=sampler, seed=0, **options).result()  # warm-up
+            requests = {
+                engine.submit(
+                    self.prompts[job.index], sampler=sampler, seed=job.generator_seed, **options
+                ).future: job
+                for job in jobs
+            }
+            last = time.perf_counter()
+            pending = set(requests)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    job, result = requests[future], future.result()
+                    now = time.perf_counter()
+                    seconds, last = now - last, now
+                    image = self.pipe.decode_codes(result.codes[None].to(self.pipe._execution_device), "pil")[
+                        0
+                    ]
+                    relative = image_path(self.folders[spec], job.index, job.seed)
+                    save_image(image, self.out / relative)
+                    record = make_record(
+                        job, self.prompts[job.index], relative, result.codes, result.stats, lanes
+                    )
+                    self.log.append({**record, "seconds": seconds, "latency_seconds": result.stats.seconds})
+                    bar.update(1)
 
     def _generate(self, spec: str, sampler, batch: list[Job]) -> None:
         result = self.pipe(

@@ -58,6 +58,7 @@ class SamplerResult:
     seconds: float
     latency_speedup: float | None
     accepted_per_step: float
+    images_per_second: float | None = None  # throughput: images over the time that made them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +103,7 @@ def score_run(
                 seconds=summary.seconds,
                 latency_speedup=summary.latency_speedup,
                 accepted_per_step=summary.accepted_per_step,
+                images_per_second=summary.images_per_second,
             )
         )
     return rows, info
