@@ -151,3 +151,34 @@ def test_each_model_is_offered_only_the_samplers_it_can_run(builtin_pipe):
     assert "sjd2" not in plain and {"ar", "sjd", "zipar", "lantern"} <= set(plain)
     fine_tuned = sampler_choices(arjet.load("shapes-sjd2"))
     assert "sjd2" in fine_tuned and set(plain) < set(fine_tuned)
+
+
+def test_concurrent_visitors_share_the_engine_and_get_their_own_images(builtin_pipe):
+    """Two visitors at once (and a comparison, whose two images decode together): their images decode side
+    by side in the model's engine, each the one `pipe(prompt, seed=...)` makes alone."""
+    from arjet.app.ui import _enlarge, build_demo, serve
+
+    from ports import free_port
+
+    demo = build_demo({"shapes": "shapes"}, max_queue=4, lanes=2)
+    port = free_port()
+    serve(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        jobs = [client.submit(*_arguments(sampler="ar", seed=seed), api_name="/generate") for seed in (5, 6)]
+        compared = client.submit(*_arguments(sampler="mc-sjd", seed=7), api_name="/compare")
+        images = [job.result()[0] for job in jobs]
+        mine, ar, *_ = compared.result()
+        stats = demo.shelf.engine("shapes").stats
+    finally:
+        demo.close()
+        demo.shelf.close()
+    assert stats.images == 4 and stats.busy_lane_steps > stats.steps  # some steps decoded several images
+    for path, seed, sampler in (
+        (images[0], 5, "ar"),
+        (images[1], 6, "ar"),
+        (mine, 7, "mc-sjd"),
+        (ar, 7, "ar"),
+    ):
+        alone = _enlarge(builtin_pipe(PROMPT, sampler=sampler, seed=seed).images[0])
+        assert np.array_equal(_pixels(path), np.asarray(alone.convert("RGB"), dtype=np.float32))

@@ -1,35 +1,35 @@
-"""Run a pipeline in a worker thread and stream the canvas as codes are committed.
+"""Stream the canvases of images decoding side by side in an engine.
 
-The pipeline's `callback_on_step_end` hands the committed codes over a queue; the consumer decodes at most
-one canvas per `min_interval` seconds (the newest step wins) so that a fast sampler is not slowed down by
-previews. Closing the stream (a visitor leaves) interrupts the decode at its next step, and so does passing
-the `deadline` (a time on `clock`): the stream then raises `TimeBudgetExceeded`, and the decode slot is free
-for the next request once the current step ends. Both rely on the pipeline calling `callback_on_step_end`
-after every sampler step and stopping when the callback sets `pipe._interrupt = True`.
+A visitor's images (one, or the chosen sampler and `ar` for a comparison) are requests to the model's
+`Engine`, sharing its lanes with other visitors' images. The engine hands each image's codes to a queue
+after every step; the consumer draws at most one canvas per `min_interval` seconds (the newest codes win)
+so that previews never slow a decode down. Closing the stream (the visitor leaves) cancels the images,
+which frees their lanes at the next step; an image past its time limit is stopped by the engine and the
+stream raises `TimeBudgetExceeded`.
 """
 
 from __future__ import annotations
 
 import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import PIL.Image
 import torch
 
+from ..engine import Cancelled, Engine, EngineResult
 from ..pipelines.base import ARPipelineOutput
 
 
 class TimeBudgetExceeded(RuntimeError):
-    """A decode was stopped because it ran past its deadline."""
+    """A decode was stopped because it ran past its time limit."""
 
 
 @dataclass
 class Frame:
-    """One update of the live view: the canvas so far (undecoded cells grey), or the finished output."""
+    """One image's state in the live view: the canvas so far (undecoded cells grey), or the finished output."""
 
     canvas: PIL.Image.Image
     decoded: int
@@ -38,63 +38,71 @@ class Frame:
 
 
 def stream_decode(
-    pipe: Any,
+    engine: Engine,
     prompt: str,
-    sampler: Any,
+    samplers: Sequence[Any],
     min_interval: float = 0.2,
     *,
-    deadline: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    time_limit: float | None = None,
     **kwargs: Any,
-) -> Iterator[Frame]:
-    """Frames of one image decoded by `pipe(prompt, sampler=sampler, **kwargs)`, the last with its output.
-    Past `deadline` (compared with `clock()` after every step) the decode stops and `TimeBudgetExceeded`
-    is raised instead of the last frame."""
+) -> Iterator[list[Frame | None]]:
+    """Frames of `prompt` decoded by each of `samplers` at once in `engine` (the same seed and options, as
+    `Engine.submit` takes them): every update is a list with the newest frame of each image (None before
+    its first), the last one with every output."""
     updates: queue.Queue = queue.Queue()
-    stop = threading.Event()
-    timed_out = threading.Event()
-
-    def on_step(pipeline, step, forward_passes, tensors):
-        updates.put(("step", tensors["codes"][0]))
-        if deadline is not None and clock() > deadline:
-            timed_out.set()
-        if stop.is_set() or timed_out.is_set():
-            pipeline._interrupt = True
-        return {}
-
-    def work():
-        try:
-            output = pipe(prompt, sampler=sampler, callback_on_step_end=on_step, **kwargs)
-            updates.put(("done", output))
-        except BaseException as error:  # handed to the consumer, which re-raises it in its own thread
-            updates.put(("error", error))
-
-    worker = threading.Thread(target=work, name="arjet-decode", daemon=True)
-    worker.start()
-    last_frame = 0.0
+    requests = []
     try:
-        while True:
-            kind, payload = updates.get()
-            if kind == "step":
-                while not updates.empty() and updates.queue[0][0] == "step":
-                    payload = updates.get()[1]  # only the newest canvas is worth drawing
-                if time.monotonic() - last_frame < min_interval:
-                    continue
-                last_frame = time.monotonic()
-                yield _frame(pipe, payload)
-            elif kind == "error":
-                raise payload
-            elif timed_out.is_set():
-                raise TimeBudgetExceeded("the decode ran past its time budget and was stopped")
-            else:
-                codes = payload.codes[0]
-                yield Frame(payload.images[0], codes.numel(), codes.numel(), payload)
-                return
+        for index, sampler in enumerate(samplers):
+            request = engine.submit(
+                prompt,
+                sampler=sampler,
+                time_limit=time_limit,
+                on_step=lambda codes, index=index: updates.put((index, codes)),
+                **kwargs,
+            )
+            request.future.add_done_callback(lambda _, index=index: updates.put((index, None)))
+            requests.append(request)
+        yield from _frames(engine, requests, updates, min_interval)
     finally:
-        stop.set()
-        worker.join()
+        for request in requests:
+            request.cancel()  # nothing for finished images; a visitor who left frees the others' lanes
+
+
+def _frames(engine: Engine, requests: list, updates: queue.Queue, min_interval: float):
+    frames: list[Frame | None] = [None] * len(requests)
+    latest: dict[int, torch.Tensor] = {}
+    finished, last_drawn = 0, 0.0
+    while finished < len(requests):
+        index, codes = updates.get()
+        if codes is not None:
+            latest[index] = codes
+            if time.monotonic() - last_drawn < min_interval:
+                continue
+            for waiting, newest in latest.items():
+                frames[waiting] = _frame(engine.pipe, newest)
+            latest.clear()
+            last_drawn = time.monotonic()
+            yield list(frames)
+            continue
+        try:
+            result = requests[index].result()
+        except Cancelled as error:
+            if "time limit" in str(error):
+                raise TimeBudgetExceeded("the decode ran past its time budget and was stopped") from None
+            raise
+        latest.pop(index, None)
+        frames[index] = _finished(engine.pipe, result)
+        finished += 1
+        yield list(frames)
 
 
 def _frame(pipe: Any, codes: torch.Tensor) -> Frame:
-    canvas = pipe.decode_codes(codes[None], output_type="pil")[0]
+    canvas = pipe.decode_codes(codes[None].to(pipe._execution_device), output_type="pil")[0]
     return Frame(canvas, int((codes >= 0).sum()), codes.numel())
+
+
+def _finished(pipe: Any, result: EngineResult) -> Frame:
+    codes = result.codes[None].to(pipe._execution_device)
+    image = pipe.decode_codes(codes, output_type="pil")[0]
+    output = ARPipelineOutput(images=[image], codes=codes, stats=[result.stats])
+    return Frame(image, result.codes.numel(), result.codes.numel(), output)

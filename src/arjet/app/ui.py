@@ -1,13 +1,15 @@
 """The Gradio page: prompt and sampler settings in, a live canvas, a commit-step heat map and stats out.
 
-Two actions share one queue slot (`concurrency_id="decode"`, one decode at a time: one GPU) and a bounded
-queue: *Generate* streams the chosen sampler; *Compare with ar* runs the same prompt and seed with the chosen
-sampler and then with `ar`, side by side. Every bad input becomes a `gr.Error` shown in the page.
+Every model decodes in one continuous-batching engine (`arjet.engine`): concurrent visitors' images share
+its `lanes` (as many visitors are served at once; more wait in a bounded queue), each visitor's canvas still
+updating step by step. *Generate* streams the chosen sampler; *Compare with ar* decodes the same prompt and
+seed with the chosen sampler and with `ar` at the same time, in the same engine, side by side. Every bad
+input becomes a `gr.Error` shown in the page.
 
-Nothing a visitor sends can hold the slot for long: requests are checked against the demo's limits
-(`request.py`, and `arjet.limits.DEMO_LIMITS` on every pipeline), each request has a time budget
-(`time_limit` seconds of decoding, both runs of a comparison together) after which it is stopped and the
-next one runs, and `serve` refuses every file upload (the page takes none).
+Nothing a visitor sends can hold a lane for long: requests are checked against the demo's limits
+(`request.py`, and `arjet.limits.DEMO_LIMITS` on every pipeline), each image has a time budget (`time_limit`
+seconds from its request) after which the engine stops it and frees its lane, a visitor who leaves frees
+theirs, and `serve` refuses every file upload (the page takes none).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from typing import Any
 import gradio as gr
 import PIL.Image
 
-from .. import samplers
+from .. import checks, samplers
 from ..builtin import available_models, load_model
+from ..engine import Engine, QueueFull
 from ..limits import DEMO_LIMITS
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
@@ -44,14 +47,23 @@ EXAMPLES = [
 
 
 class ModelShelf:
-    """The pipelines the operator offered at launch, loaded on first use and kept."""
+    """The pipelines the operator offered at launch, each loaded on first use with its engine, and kept."""
 
-    def __init__(self, models: Mapping[str, str], device: str | None = None):
+    def __init__(
+        self,
+        models: Mapping[str, str],
+        device: str | None = None,
+        lanes: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if not models:
             raise ValueError("the demo needs at least one model")
         self.sources = dict(models)
         self.device = device
+        self.lanes = lanes
+        self.clock = clock
         self._loaded: dict[str, Any] = {}
+        self._engines: dict[str, Engine] = {}
         self._lock = threading.Lock()
 
     def get(self, label: str):
@@ -65,6 +77,22 @@ class ModelShelf:
                 self._loaded[label] = pipe
             return self._loaded[label]
 
+    def engine(self, label: str) -> Engine:
+        """The model's engine (a comparison puts two images of each visitor in it: room for both)."""
+        pipe = self.get(label)
+        with self._lock:
+            if label not in self._engines:
+                self._engines[label] = Engine(
+                    pipe, lanes=2 * self.lanes, max_queue=4 * self.lanes, clock=self.clock
+                ).start()
+            return self._engines[label]
+
+    def close(self) -> None:
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            engine.close()
+
 
 def default_models() -> dict[str, str]:
     return {name: name for name in available_models()}
@@ -77,13 +105,16 @@ def build_demo(
     max_queue: int = 16,
     time_limit: float | None = TIME_LIMIT,
     clock: Callable[[], float] = time.monotonic,
+    lanes: int = 4,
 ) -> gr.Blocks:
     """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins).
-    `time_limit`: seconds of decoding a request may take before it is stopped (None: no limit), measured
-    with `clock`."""
-    shelf = ModelShelf(models or default_models(), device)
+    `lanes`: visitors served at once (their images share each model's engine); `max_queue`: visitors who
+    may wait beyond them; `time_limit`: seconds an image may take from its request before it is stopped
+    (None: no limit), measured with `clock`."""
+    checks.integer("lanes", lanes, 1)
+    shelf = ModelShelf(models or default_models(), device, lanes, clock)
     names = samplers.available()
-    budget = Budget(time_limit, clock)
+    budget = Budget(time_limit)
 
     decode, compare = (_handler(shelf, with_ar, max_prompt_chars, budget) for with_ar in (False, True))
 
@@ -136,12 +167,13 @@ def build_demo(
         inputs = [model, prompt, sampler, options, seed, guidance, temperature, top_k]
         outputs = [image, baseline, heat, stats]
         generate.click(
-            decode, inputs, outputs, api_name="generate", concurrency_limit=1, concurrency_id="decode"
+            decode, inputs, outputs, api_name="generate", concurrency_limit=lanes, concurrency_id="decode"
         )
         versus.click(
-            compare, inputs, outputs, api_name="compare", concurrency_limit=1, concurrency_id="decode"
+            compare, inputs, outputs, api_name="compare", concurrency_limit=lanes, concurrency_id="decode"
         )
-    demo.queue(max_size=max_queue, default_concurrency_limit=1)
+    demo.queue(max_size=max_queue, default_concurrency_limit=lanes)
+    demo.shelf = shelf  # the engines, for whoever closes the demo
     return demo
 
 
@@ -179,16 +211,12 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, **l
 
 
 class Budget:
-    """The time budget of one request: `deadline()` when its decoding starts, on `clock`."""
+    """The time budget of each image, in seconds from its request (None: no limit)."""
 
-    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, seconds: float | None):
         if seconds is not None and not seconds > 0:
             raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {seconds!r}")
         self.seconds = seconds
-        self.clock = clock
-
-    def deadline(self) -> float | None:
-        return None if self.seconds is None else self.clock() + self.seconds
 
 
 def _handler(shelf: ModelShelf, with_ar: bool, max_chars: int, budget: Budget):
@@ -215,15 +243,22 @@ def _run(
     runs = [request.sampler] + (["ar"] if with_ar and request.sampler != "ar" else [])  # ar once is enough
     shown: list[PIL.Image.Image | None] = [None, None]
     outputs: dict[str, ARPipelineOutput] = {}
-    deadline = budget.deadline()
     try:
-        for index, spec in enumerate(runs):
-            for frame in _frames(pipe, request, spec, deadline, budget.clock):
-                progress(frame.decoded / frame.total, desc=f"{spec}: {frame.decoded}/{frame.total} codes")
-                shown[index] = _enlarge(frame.canvas)
-                if frame.output is not None:
-                    outputs[spec] = frame.output
-                yield *shown, None, f"**{spec}**: {frame.decoded} / {frame.total} codes decoded"
+        for frames in _frames(shelf.engine(model), request, runs, budget):
+            decoded = sum(frame.decoded for frame in frames if frame is not None)
+            total = sum(frame.total for frame in frames if frame is not None)
+            progress(decoded / max(total, 1), desc=f"{' and '.join(runs)}: {decoded}/{total} codes")
+            for index, frame in enumerate(frames):
+                if frame is not None:
+                    shown[index] = _enlarge(frame.canvas)
+                    if frame.output is not None:
+                        outputs[runs[index]] = frame.output
+            progress_line = ", ".join(
+                f"**{spec}**: {frame.decoded} / {frame.total}"
+                for spec, frame in zip(runs, frames, strict=True)
+                if frame is not None
+            )
+            yield *shown, None, f"{progress_line} codes decoded"
     except TimeBudgetExceeded:
         raise _refused(
             f"This request ran past the demo's time budget of {budget.seconds:g} s and was stopped so that the "
@@ -233,6 +268,8 @@ def _run(
         ValueError
     ) as error:  # e.g. a sampler that needs what this model lacks (sjd2 without its fine-tune)
         raise _refused(str(error)) from None
+    except QueueFull:
+        raise _refused("The demo is busy; please try again in a moment.") from None
     except Exception as error:  # the page gets a readable line, the operator the traceback (once)
         logger.exception("decoding %r with %s failed", request.prompt, runs)
         raise gr.Error(
@@ -273,10 +310,8 @@ def _unknown_words_notice(pipe, prompt: str) -> str:
     return f"The model does not know {', '.join(map(repr, words))}; it reads each as its unknown token."
 
 
-def _frames(pipe, request: DecodeRequest, spec: str, deadline: float | None = None, clock=time.monotonic):
-    return stream_decode(
-        pipe, request.prompt, spec, deadline=deadline, clock=clock, **request.pipeline_kwargs()
-    )
+def _frames(engine: Engine, request: DecodeRequest, runs: list[str], budget: Budget):
+    return stream_decode(engine, request.prompt, runs, time_limit=budget.seconds, **request.pipeline_kwargs())
 
 
 def _enlarge(image: PIL.Image.Image) -> PIL.Image.Image:

@@ -14,8 +14,9 @@ cell, and compare with plain `ar` on the same prompt and seed.
   arjet app --port 7860                                   # http://127.0.0.1:7860
   arjet app --model shapes --model /models/Janus-Pro-1B --device cuda
 
-One decode runs at a time; requests beyond --max-queue are refused, and one that decodes for longer than
---time-limit is stopped so the next can run."""
+Visitors share each model's continuous-batching engine: --lanes of them are served at once, --max-queue
+more may wait (beyond that they are refused), and an image that takes longer than --time-limit is stopped
+so its lane serves the next."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +36,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_device_argument(parser)
     add_threads_argument(parser)
     parser.add_argument(
+        "--lanes",
+        type=types.int_type(1, 256),
+        default=4,
+        help="visitors served at once, their images decoding side by side (default 4)",
+    )
+    parser.add_argument(
         "--max-queue",
         type=types.int_type(1, 10_000),
         default=16,
@@ -44,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--time-limit",
         type=types.float_type(0.0, exclusive_minimum=True),
         default=60.0,
-        help="seconds of decoding per request; a longer one is stopped so the next can run (default 60)",
+        help="seconds an image may take from its request; a longer one is stopped (default 60)",
     )
     parser.set_defaults(func=run)
 
@@ -72,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     choices = model_choices(args.model)
     apply_threads(args)
     device = args.device or default_device()
-    demo = build_demo(choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit)
+    demo = build_demo(
+        choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit, lanes=args.lanes
+    )
     serve(demo, args.host, args.port)
     return 0

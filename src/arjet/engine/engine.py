@@ -92,6 +92,7 @@ class Engine:
         max_groups: int = 2,
         time_limit: float | None = None,
         compile: bool | str = False,
+        clock: Callable[[], float] = time.monotonic,
     ):
         for name, value in (("lanes", lanes), ("max_queue", max_queue), ("prompt_tokens", prompt_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -104,6 +105,7 @@ class Engine:
         self.lanes, self.max_queue, self.prompt_tokens = lanes, max_queue, prompt_tokens
         self.max_groups, self.time_limit = max_groups, time_limit
         self.compile = compile_mode(compile, pipe._execution_device)
+        self.clock = clock  # of time limits only (tests step it by hand); durations use time.monotonic
         self.stats = EngineStats()
         self._queue: collections.deque[Request] = collections.deque()
         self._lock = threading.Condition()
@@ -217,7 +219,7 @@ class Engine:
             size=(height, width),
             generator_state=generator_state,
             on_step=on_step,
-            deadline=None if limit is None else time.monotonic() + limit,
+            deadline=None if limit is None else self.clock() + limit,
             withdraw=self._withdraw,
         )
         with self._lock:
@@ -279,7 +281,7 @@ class Engine:
     def _plan(self) -> tuple[list[tuple[LaneGroup, int, Request]], list[Request]]:
         """Under the lock: which queued requests start now (and in which lane), or the requests of a
         non-continuous sampler to run as one call. Cancelled or expired requests leave the queue."""
-        now = time.monotonic()
+        now = self.clock()
         admissions: list[tuple[LaneGroup, int, Request]] = []
         waiting: collections.deque[Request] = collections.deque()
         static: list[Request] = []
@@ -349,7 +351,7 @@ class Engine:
 
     def _finish(self, group: LaneGroup, status) -> None:
         """Hand out finished images, stream codes to watchers, free lanes of cancelled or late requests."""
-        now = time.monotonic()
+        now, deadline_now = time.monotonic(), self.clock()
         for lane in group.busy:
             request = group.requests[lane]
             if status.done[lane]:
@@ -359,7 +361,7 @@ class Engine:
                 group.release(lane)
                 self.stats.images += 1
                 request.finish(EngineResult(codes, stats, group.started[lane] - request.submitted))
-            elif request.cancelled or request.expired(now):
+            elif request.cancelled or request.expired(deadline_now):
                 group.release(lane)
                 why = "cancelled" if request.cancelled else "past its time limit"
                 request.fail(Cancelled(f"request {request.id} was {why}"))
@@ -367,8 +369,20 @@ class Engine:
                 request.on_step(group.codes(lane))
 
     def _run_static(self, requests: list[Request]) -> None:
-        """Requests of a sampler that cannot share lanes, as one `pipe(...)` call."""
+        """Requests of a sampler that cannot share lanes, as one `pipe(...)` call: their codes stream to their
+        watchers after every step, and the call stops once every one of them is cancelled or late."""
         key, started = requests[0].group, time.monotonic()
+
+        def on_step(pipe, step, forward_passes, tensors):
+            for request, codes in zip(requests, tensors["codes"], strict=True):
+                if request.on_step is not None:
+                    request.on_step(codes)
+            now = self.clock()
+            if all(request.cancelled or request.expired(now) for request in requests):
+                pipe._interrupt = True
+            return tensors
+
+        watched = any(r.on_step is not None or r.deadline is not None for r in requests)
         out = self.pipe(
             [request.prompt for request in requests],
             sampler=requests[0].sampler,
@@ -380,8 +394,14 @@ class Engine:
             top_k=key.top_k,
             top_p=key.top_p,
             output_type="latent",
+            callback_on_step_end=on_step if watched else None,
         )
+        now = self.clock()
         for request, codes, stats in zip(requests, out.codes, out.stats, strict=True):
+            if request.cancelled or request.expired(now):
+                why = "cancelled" if request.cancelled else "past its time limit"
+                request.fail(Cancelled(f"request {request.id} was {why}"))
+                continue
             stats.sampler = key.sampler
             self.stats.images += 1
             request.finish(EngineResult(codes.cpu(), stats, started - request.submitted))
