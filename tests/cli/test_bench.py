@@ -180,3 +180,35 @@ def test_batch_size_decodes_several_prompts_per_call(tmp_path, capsys):
     assert code == 0 and "| images / s |" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["environment"]["batch_size"] == 2 and [r["call_images"] for r in result["images"]] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "1,4", "--batch-size", "2"], "--concurrency measures the engine"),
+        (["--plot", "x.png"], "--plot draws the --concurrency measurement"),
+        (["--samplers", "ar,adaptive"], "unknown sampler 'adaptive'"),
+        (["--concurrency", "1,1"], "names a value twice"),
+        (["--concurrency", "0"], "must be an integer from 1"),
+    ],
+)
+def test_concurrency_options_are_checked_before_any_model_work(args, message, capsys):
+    assert main(["bench", "--model", "/nonexistent", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_concurrency_measures_the_engine_and_draws_the_plot(tmp_path, capsys):
+    out, plot = tmp_path / "tp.json", tmp_path / "tp.png"
+    code = main(["bench", "--device", "cpu", "--n", "2", "--samplers", "ar,adaptive", "--concurrency", "1,2",
+                 "--out", str(out), "--plot", str(plot)])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| sampler | concurrency | images / s | vs ar |" in printed and "steps by window" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["sampler"], r["concurrency"]) for r in rows] == [
+        ("ar", 1),
+        ("adaptive", 1),
+        ("ar", 2),
+        ("adaptive", 2),
+    ]
+    assert plot.stat().st_size > 1000

@@ -164,3 +164,19 @@ def test_closing_fails_the_requests_still_decoding_or_waiting():
             request.result(timeout=60)
     with pytest.raises(RuntimeError, match="the engine is closed"):
         engine.submit("star")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("sampler", ["ar", "mc-sjd:window=4", "sjd-pac:window=9,tree_width=2"])
+def test_captured_lanes_decode_as_alone_on_the_gpu(family, sampler):
+    """On CUDA every (bucket of lanes, window) step is one captured graph, reused by every image that
+    passes through the lanes; each image is still the one the eager `pipe(...)` makes alone."""
+    pipe = _pipe(family).to("cuda")
+    seeds = [20 + i for i in range(len(PROMPTS))]
+    alone = _alone(pipe, sampler, seeds)
+    with Engine(pipe, lanes=2, prompt_tokens=32, compile="cuda-graphs") as engine:
+        results = engine.generate(PROMPTS, seed=20, sampler=sampler)
+        graphs = sum(len(runner.graphs) for group in engine.groups for runner in group.runners.values())
+    for result, codes in zip(results, alone, strict=True):
+        assert torch.equal(result.codes, codes.cpu())
+    assert graphs >= 1

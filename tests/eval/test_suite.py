@@ -293,3 +293,29 @@ def test_a_section_captures_on_the_gpu(tmp_path):
         tmp_path / "report.md",
     )
     assert "Kernels of `sjd` (eager, first" in (tmp_path / "report.md").read_text()
+
+
+def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
+    from arjet.eval.suite import ThroughputRun
+
+    path = tmp_path / "section.json"
+    section = Section(
+        "engine", "built-in", 120, model="shapes", throughput=ThroughputRun(("ar",), (1, 2), n=1)
+    )
+    run_section(section, str(path), device="cpu")
+    result = json.loads(path.read_text())
+    assert result["error"] is None
+    assert [(row["sampler"], row["concurrency"], row["images"]) for row in result["throughput"]] == [
+        ("ar", 1, 1),
+        ("ar", 2, 2),
+    ]
+    report = {
+        "suite": "t",
+        "description": "d",
+        "seconds": 1.0,
+        "targets": [],
+        "tests": None,
+        "sections": {"engine": {**result, "name": "engine", "title": "t", "status": "ok", "seconds": 1.0}},
+    }
+    write_report(report, tmp_path / "report.md")
+    assert "| ar | 2 |" in (tmp_path / "report.md").read_text()

@@ -138,6 +138,11 @@ class Engine:
         self.close()
 
     @property
+    def groups(self) -> list[LaneGroup]:
+        """The lane groups decoding now (one per sampler, size and target distribution in use)."""
+        return list(self._groups.values())
+
+    @property
     def closing(self) -> bool:
         """Whether `close` has been called (the decode thread stops at the end of its current step)."""
         return self._closing

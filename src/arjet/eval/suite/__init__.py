@@ -18,7 +18,7 @@ profiles) from `report.json` (everything).
 from .gpu import SUITES, get_suite
 from .report import codes_match, write_report
 from .run import read_junit, run_section, run_suite
-from .spec import BenchRun, Figure, FloorShapes, Section, Suite, Target
+from .spec import BenchRun, Figure, FloorShapes, Section, Suite, Target, ThroughputRun
 
 __all__ = [
     "SUITES",
@@ -28,6 +28,7 @@ __all__ = [
     "Section",
     "Suite",
     "Target",
+    "ThroughputRun",
     "codes_match",
     "get_suite",
     "read_junit",

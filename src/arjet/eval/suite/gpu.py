@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import BenchRun, Figure, FloorShapes, Section, Suite, Target
+from .spec import BenchRun, Figure, FloorShapes, Section, Suite, Target, ThroughputRun
 
 SHAPES_PROMPTS = 6  # held-out prompts per built-in run
 
@@ -74,6 +74,14 @@ def _gpu_sections(quick: bool) -> tuple[Section, ...]:
             150,
             arch="emu3-gen",
             runs=_modes("192 px" if not quick else "128 px", ("ar", "sjd"), size=128 if quick else 192),
+        ),
+        Section(
+            "janus-pro-7b-engine",
+            "Janus-Pro-7B architecture through the engine, random weights (bfloat16)",
+            150,
+            arch="janus-pro-7b",
+            size=small,
+            throughput=ThroughputRun(("ar", "mc-sjd", "adaptive"), (1, 8) if quick else (1, 8, 32), n=4),
         ),
     )
 

@@ -69,6 +69,8 @@ def _section_lines(section: dict[str, Any]) -> list[str]:
     if section.get("floor"):
         rows = [(str(f["queries"]), number(f["eager_ms"]), number(f["graph_ms"])) for f in section["floor"]]
         lines += [markdown_table(("query tokens", "eager ms", "CUDA graph ms"), rows, [True, True, True]), ""]
+    if section.get("throughput"):
+        lines += [_throughput_table(section["throughput"]), ""]
     matches = codes_match(section)
     for run in section.get("runs", []):
         lines += [f"### {run['label']}", "", _run_table(run), ""]
@@ -138,3 +140,9 @@ def codes_match(section: dict[str, Any]) -> dict[str, bool]:
             if sampler in base:
                 matches[f"{run['label']}: {sampler}"] = base[sampler] == codes
     return matches
+
+
+def _throughput_table(rows: list[dict[str, Any]]) -> str:
+    from ..throughput import ThroughputResult, ThroughputRow
+
+    return ThroughputResult([ThroughputRow(**row) for row in rows]).table()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .report import codes_target, write_report
-from .spec import BenchRun, Section, Suite
+from .spec import BenchRun, Section, Suite, ThroughputRun
 
 
 def run_suite(
@@ -135,13 +135,16 @@ def run_section(section: Section, path: str, device: str = "cuda") -> None:
                 "gpu": torch.cuda.get_device_name(device),
             }
             save()
-        if section.runs:
+        if section.runs or section.throughput:
             pipe = _section_pipeline(section, device)
             for run in section.runs:
                 result["runs"].append(_bench_run(pipe, section, run))
                 result["environment"] = result["runs"][-1].pop("environment")
                 save()
                 print(f"[{section.name}] {run.label}: done", flush=True)
+            if section.throughput is not None:
+                result["throughput"] = _throughput_run(pipe, section.throughput, device)
+                save()
     except Exception:  # noqa: BLE001 (recorded in the report)
         result["error"] = traceback.format_exc(limit=8)
         print(result["error"], flush=True)
@@ -202,6 +205,26 @@ def _bench_run(pipe, section: Section, run: BenchRun) -> dict[str, Any]:
         "profiles": profiles,
         "environment": result.environment,
     }
+
+
+def _throughput_run(pipe, run: ThroughputRun, device: str) -> list[dict[str, Any]]:
+    """`run_throughput` at each concurrency with `max(n, concurrency)` images (every lane used once)."""
+    import warnings
+
+    from ..prompts import load_prompts
+    from ..throughput import run_throughput
+
+    rows = []
+    with warnings.catch_warnings():  # a random model's word-level vocabulary: words do not change the cost
+        warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
+        for concurrency in run.concurrencies:
+            prompts = load_prompts("shapes", max(run.n, concurrency))
+            compile = "cuda-graphs" if device.startswith("cuda") else False
+            result = run_throughput(
+                pipe, run.samplers, prompts, [concurrency], compile=compile, progress=False
+            )
+            rows += result.to_dict()["rows"]
+    return rows
 
 
 def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -37,6 +37,16 @@ class FloorShapes:
 
 
 @dataclass(frozen=True)
+class ThroughputRun:
+    """Images per second through the engine (`arjet bench --concurrency`): every sampler at every
+    concurrency, `n` images each, steps captured as CUDA graphs."""
+
+    samplers: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    n: int
+
+
+@dataclass(frozen=True)
 class Section:
     """What one child process measures: `runs` on a model (`model`: a built-in name; `arch`: a real-size
     architecture with random weights), or the graph floor of `floor` shapes."""
@@ -50,6 +60,7 @@ class Section:
     size: int | None = None  # an arch's default image side (Janus builds its VQ for one size)
     runs: tuple[BenchRun, ...] = ()
     floor: FloorShapes | None = None
+    throughput: ThroughputRun | None = None
 
 
 @dataclass(frozen=True)
