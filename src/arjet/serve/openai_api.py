@@ -221,6 +221,8 @@ def _submit(engine: Engine, request: ImagesRequest) -> list:
 async def _wait(request: Request, submitted: list) -> list:
     """The engine results, polling for the client's disconnect (which cancels the images)."""
     futures = [asyncio.wrap_future(item.future) for item in submitted]
+    for future in futures:  # an image cancelled after its client left fails later: nobody awaits it then
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
     pending = set(futures)
     while pending:
         _, pending = await asyncio.wait(pending, timeout=0.05)

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Load test of `arjet serve`: REQUESTS requests from CLIENTS concurrent `openai` clients over loopback.
+
+    python scripts/serve_load_test.py --requests 200 --clients 16 --lanes 8 --max-queue 16 --check 200
+
+Starts `arjet serve` (the built-in model) in a process of its own, sends every request once (request `i`
+with seed `i`), and reports: answers by kind (image or 429; nothing else may come back), none lost or
+duplicated, images equal to their solo decode (`pipe(prompt, seed=i)`, for the first `--check` of them),
+requests per second, p50 / p95 latency of the served ones, and the server's peak resident memory. A client
+that disconnects mid-decode (every 10th request, with a short timeout) must not stop the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import openai
+import PIL.Image
+
+PROMPT = "a red circle left of a blue square"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--max-queue", type=int, default=16)
+    parser.add_argument("--sampler", default="mc-sjd")
+    parser.add_argument("--check", type=int, default=50, help="compare this many images with solo decodes")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+
+    port = free_port()
+    command = [sys.executable, "-m", "arjet", "serve", "--port", str(port), "--lanes", str(args.lanes),
+               "--max-queue", str(args.max_queue)]  # fmt: skip
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    server = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        answers: dict[int, object] = {}
+        latencies: list[float] = []
+        duplicates: list[int] = []
+        lock = threading.Lock()
+
+        def client(ids):
+            api = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
+            for request_id in ids:
+                if request_id % 10 == 9:  # a client that gives up mid-decode
+                    try:
+                        httpx.post(f"{url}/v1/images/generations", json={"prompt": PROMPT, "seed": request_id,
+                                   "sampler": args.sampler}, timeout=0.05)  # fmt: skip
+                        answer: object = "finished before the disconnect"
+                    except httpx.TimeoutException:
+                        answer = "disconnected"
+                else:
+                    start = time.perf_counter()
+                    try:
+                        out = api.images.generate(
+                            model="shapes",
+                            prompt=PROMPT,
+                            response_format="b64_json",
+                            extra_body={"seed": request_id, "sampler": args.sampler},
+                        )
+                        answer = out.data[0].b64_json
+                        with lock:
+                            latencies.append(time.perf_counter() - start)
+                    except openai.RateLimitError:
+                        answer = 429
+                with lock:
+                    if request_id in answers:
+                        duplicates.append(request_id)
+                    answers[request_id] = answer
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(range(c, args.requests, args.clients),))
+                   for c in range(args.clients)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - start
+        alive = httpx.get(f"{url}/health", timeout=10).json()
+        rss = peak_rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+    images = {i: a for i, a in answers.items() if isinstance(a, str) and len(a) > 100}
+    kinds = {
+        "image": len(images),
+        "429": sum(a == 429 for a in answers.values()),
+        "disconnected": sum(a == "disconnected" for a in answers.values()),
+        "finished before the disconnect": sum(
+            a == "finished before the disconnect" for a in answers.values()
+        ),
+    }
+    lost = sorted(set(range(args.requests)) - set(answers))
+    print(f"{args.requests} requests from {args.clients} clients in {seconds:.1f} s: {kinds}")
+    print(f"lost: {lost or 'none'}; answered twice: {duplicates or 'none'}; server after: {alive['status']}")
+    if latencies:
+        q = statistics.quantiles(latencies, n=20)
+        print(
+            f"served: {len(latencies) / seconds:.2f} images/s, p50 {statistics.median(latencies):.2f} s, "
+            f"p95 {q[18]:.2f} s; server peak RSS {rss:.0f} MB"
+        )
+    if args.check:
+        import arjet
+
+        pipe = arjet.load()
+        pipe.set_progress_bar_config(disable=True)
+        checked = sorted(images)[: args.check]
+        mismatches = [i for i in checked if not np.array_equal(
+            np.asarray(PIL.Image.open(io.BytesIO(base64.b64decode(images[i]))).convert("RGB")),
+            np.asarray(pipe(PROMPT, seed=i, sampler=args.sampler).images[0].convert("RGB")))]  # fmt: skip
+        print(
+            f"{len(checked)} images compared with their solo decodes: {len(mismatches)} differ {mismatches}"
+        )
+    return 0 if not lost and not duplicates else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
