@@ -83,7 +83,7 @@ def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys)
     monkeypatch.setitem(PRESETS, "small-janus", small_preset("janus-pro-1b"))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\na purple elephant on a ladder\n")  # the second has unknown words
-    out = tmp_path / "new" / "folder" / "bench.json"
+    out = tmp_path / "bench.json"
     args = [
         "bench",
         "--arch",

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 
 import numpy as np
 import PIL.Image
@@ -26,7 +27,7 @@ def saved(tmp_path_factory):
 
 def test_generate_writes_the_image_and_prints_json_stats(saved, tmp_path, capsys):
     folder, pipe = saved
-    out = tmp_path / "images" / "circle.png"
+    out = tmp_path / "circle.png"
     argv = ["generate", PROMPT, "--model", str(folder), "--sampler", "sjd", "--seed", "3"]
     code = cli.main([*argv, "--device", "cpu", "--out", str(out), "--json"])
     assert code == 0
@@ -105,13 +106,36 @@ def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monk
 def test_output_paths_are_checked_before_the_model_loads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(generate, "load_pipeline", lambda args: pytest.fail("loaded before checking --out"))
     (tmp_path / "file").write_text("")
+    os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "full.png").symlink_to("/dev/full")
+    (tmp_path / "notes.txt").write_text("keep me")
+    (tmp_path / "link.png").symlink_to(tmp_path / "notes.txt")
     cases = {
         str(tmp_path / "file" / "x.png"): "is a file, so no folder can be made there",
         str(tmp_path): "is a folder; give a file name",
+        str(tmp_path / "nonexistent" / "dir" / "x.png"): "does not exist; create it first",
+        str(tmp_path / "fifo.png"): "is not a regular file (a device, FIFO or socket)",
+        str(tmp_path / "full.png"): "is a symbolic link to '/dev/full', which is not an image file",
+        str(tmp_path / "link.png"): "notes.txt', which is not an image file arjet may overwrite",
+        "/proc/self/x.png": "no file can be written in '/proc/self'",
     }
     for out, message in cases.items():
         assert cli.main(["generate", PROMPT, "--out", out]) == 2
-        assert message in capsys.readouterr().err
+        error = capsys.readouterr().err
+        assert error.startswith("arjet generate: error: --out ") and message in error, (out, error)
+    assert not (tmp_path / "nonexistent").exists()
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_a_link_to_an_image_is_written_through(saved, tmp_path, capsys):
+    folder, _ = saved
+    (tmp_path / "old.png").write_bytes(b"")
+    (tmp_path / "latest.png").symlink_to(tmp_path / "old.png")
+    argv = ["generate", PROMPT, "--model", str(folder), "--device", "cpu", "--out", str(tmp_path / "latest.png")]
+    assert cli.main(argv) == 0
+    assert (tmp_path / "latest.png").is_symlink()
+    with PIL.Image.open(tmp_path / "old.png") as image:
+        assert image.size == (6, 6)
 
 
 def test_a_missing_model_folder_is_named_before_any_load(tmp_path, monkeypatch, capsys):

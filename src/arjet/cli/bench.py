@@ -167,7 +167,6 @@ def run(args: argparse.Namespace) -> int:
 
     # 3. report
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json_text(result.to_dict()) + "\n")
     if print_json:
         print(json_text(result.to_dict()))

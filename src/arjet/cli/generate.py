@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
         compile=compile,
         **sampling.kwargs(),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
     (out.images[0] if len(out.images) == 1 else image_grid(out.images)).save(path)
 
     # 3. what each image cost
