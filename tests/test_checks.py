@@ -112,7 +112,9 @@ def test_output_files_that_are_not_regular_files_are_refused(tmp_path):
 def test_a_symlink_is_written_through_only_to_an_image_file(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
     (tmp_path / "link.png").symlink_to(tmp_path / "notes.txt")
-    with pytest.raises(ValueError, match="link.png' is a symbolic link to .*notes.txt', which is not an image"):
+    with pytest.raises(
+        ValueError, match="link.png' is a symbolic link to .*notes.txt', which is not an image"
+    ):
         checks.output_file("--out", str(tmp_path / "link.png"), image=True)
     (tmp_path / "old.png").write_bytes(b"")
     (tmp_path / "current.png").symlink_to(tmp_path / "old.png")

@@ -137,6 +137,12 @@ def integer_from_text(text: str) -> int | None:
     return int(stripped) if _INTEGER_TEXT.fullmatch(stripped) else None
 
 
+def integers_from_text(text: str) -> list[int] | None:
+    """The integers of a comma-separated list in ASCII digits (`"1,2,3"`), else None."""
+    values = [integer_from_text(piece) for piece in text.split(",")]
+    return None if any(value is None for value in values) else values
+
+
 def number_from_text(text: str) -> float:
     """The number `text` spells in ASCII (`1.5`, `-2e3`, `inf`, `nan`), else NaN (which no range admits)."""
     stripped = text.strip()
@@ -237,14 +243,18 @@ def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None)
                 f"{name} {str(shown)!r} is a file, not a folder; give a folder (new or empty) instead"
             )
         if empty and any(path.iterdir()):
-            raise ValueError(f"{name} {str(shown)!r} is a folder that is not empty; give a new or empty folder")
+            raise ValueError(
+                f"{name} {str(shown)!r} is a folder that is not empty; give a new or empty folder"
+            )
         _check_can_create(name, shown, path)
         return path
     existing = path.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ValueError(f"{name} {str(shown)!r}: {str(existing)!r} is a file, so no folder can be made there")
+        raise ValueError(
+            f"{name} {str(shown)!r}: {str(existing)!r} is a file, so no folder can be made there"
+        )
     _check_can_create(name, shown, existing)
     return path
 
@@ -280,7 +290,9 @@ def _check_folder_exists(name: str, value: Any, folder: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if existing.exists() and not existing.is_dir():
-        raise ValueError(f"{name} {str(value)!r}: {str(existing)!r} is a file, so no folder can be made there")
+        raise ValueError(
+            f"{name} {str(value)!r}: {str(existing)!r} is a file, so no folder can be made there"
+        )
     raise ValueError(
         f"{name} {str(value)!r}: the folder {str(folder)!r} does not exist; create it first "
         "(arjet makes no folders for an output file)"
@@ -294,7 +306,9 @@ def _check_can_create(name: str, value: Any, folder: Path) -> None:
         handle, probe = tempfile.mkstemp(prefix=".arjet-probe-", dir=folder)
     except OSError as error:
         reason = error.strerror or type(error).__name__
-        raise ValueError(f"{name} {str(value)!r}: no file can be written in {str(folder)!r} ({reason})") from None
+        raise ValueError(
+            f"{name} {str(value)!r}: no file can be written in {str(folder)!r} ({reason})"
+        ) from None
     os.close(handle)
     os.unlink(probe)
 

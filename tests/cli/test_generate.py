@@ -131,7 +131,16 @@ def test_a_link_to_an_image_is_written_through(saved, tmp_path, capsys):
     folder, _ = saved
     (tmp_path / "old.png").write_bytes(b"")
     (tmp_path / "latest.png").symlink_to(tmp_path / "old.png")
-    argv = ["generate", PROMPT, "--model", str(folder), "--device", "cpu", "--out", str(tmp_path / "latest.png")]
+    argv = [
+        "generate",
+        PROMPT,
+        "--model",
+        str(folder),
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "latest.png"),
+    ]
     assert cli.main(argv) == 0
     assert (tmp_path / "latest.png").is_symlink()
     with PIL.Image.open(tmp_path / "old.png") as image:

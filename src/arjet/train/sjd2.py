@@ -170,6 +170,7 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
         if accelerator.is_main_process and (step + 1) % config.log_every == 0:
             run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item()})
     accelerator.wait_for_everyone()
+    run.check_finite(model, noise)
     if accelerator.is_main_process:
         if config.lora_rank:
             model = model.merge_and_unload()
