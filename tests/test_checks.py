@@ -149,3 +149,16 @@ def test_an_output_folder_can_be_required_empty(tmp_path):
     (tmp_path / "x").write_text("")
     with pytest.raises(ValueError, match="is a folder that is not empty; give a new or empty folder"):
         checks.output_dir("--out", tmp_path, empty=True)
+
+
+def test_text_refuses_lone_surrogates_by_position():
+    assert checks.text("prompt", "a red circle, ünïcode ☺") == "a red circle, ünïcode ☺"
+    with pytest.raises(
+        ValueError,
+        match="prompt holds U\\+DCFF at character 6, a lone surrogate \\(Python's stand-in for a byte 0xff",
+    ):
+        checks.text("prompt", "a red \udcff circle")  # `a red \xff circle` read from a command line
+    with pytest.raises(
+        ValueError, match="prompt holds U\\+D800 at character 0, a lone surrogate; it is not text"
+    ):
+        checks.text("prompt", "\ud800")

@@ -122,6 +122,25 @@ def seed(name: str, value: Any, count: int = 1) -> int:
     return value
 
 
+def text(name: str, value: str) -> str:
+    """`value` if it is text that UTF-8 can hold: a lone surrogate (how Python keeps a byte that was not UTF-8,
+    e.g. from a command line in another encoding) is a ValueError naming it and where it is."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(value[error.start])
+        stand_in = (
+            f" (Python's stand-in for a byte 0x{code - 0xDC00:02x} that was not UTF-8)"
+            if code >= 0xDC80
+            else ""
+        )
+        raise ValueError(
+            f"{name} holds U+{code:04X} at character {error.start}, a lone surrogate{stand_in}; it is not "
+            "text: write it in UTF-8"
+        ) from None
+    return value
+
+
 # -- numbers written as text ------------------------------------------------------------------------
 # ASCII only: Python's int() and float() also take "1_6" and other scripts' digits ("８"), which no one
 # types on purpose into a command line or a sampler spec

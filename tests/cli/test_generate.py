@@ -85,6 +85,10 @@ def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
         (["--out", "image.psd"], "--out must end in an image extension arjet can write"),
         (["--out", "."], "--out '.' is a folder; give a file name"),
         (["", "--out", "x.png"], "the prompt is empty"),
+        (
+            ["a red \udcff circle", "--out", "x.png"],
+            "the prompt holds U+DCFF at character 6, a lone surrogate",
+        ),
         (["--compile", "cuda-graphs", "--device", "cpu"], "--compile cuda-graphs needs a CUDA device"),
         (["--compile", "yes"], "argument --compile: invalid choice: 'yes'"),
     ],
@@ -95,7 +99,7 @@ def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monk
 
     monkeypatch.setattr(generate, "load_pipeline", no_load)
     missing = tmp_path / "no-model-here"  # loading it would fail with a different error
-    prompt = [] if option[0] == "" else [PROMPT]
+    prompt = [] if option[0] == "" or option[0].startswith("a red") else [PROMPT]
     code = cli.main(["generate", *prompt, "--model", str(missing), *option])
     assert code == 2
     error = capsys.readouterr().err

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     # 1. every check that needs no model, so a typo fails before a slow load
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: describe an image, e.g. 'a red circle left of a blue square'")
+    checks.text("the prompt", args.prompt)
     if len(args.prompt) > DEFAULT_LIMITS.max_prompt_chars:
         raise ValueError(
             f"the prompt has {len(args.prompt)} characters, more than {DEFAULT_LIMITS.max_prompt_chars}"
