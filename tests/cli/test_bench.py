@@ -95,7 +95,9 @@ def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys)
         str(prompts),
     ]
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no per-prompt unknown-word warnings
+        warnings.filterwarnings(
+            "error", message="prompt .*the text tokenizer does not know"
+        )  # none per prompt
         code = main([*args, "--n", "2", "--samplers", "sjd:window=4", "--json", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
@@ -180,3 +182,19 @@ def test_batch_size_decodes_several_prompts_per_call(tmp_path, capsys):
     assert code == 0 and "| images / s |" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["environment"]["batch_size"] == 2 and [r["call_images"] for r in result["images"]] == [2, 2]
+
+
+def test_bench_warns_in_one_line_when_its_seconds_are_not_trustworthy(tmp_path, monkeypatch, capsys):
+    from arjet import machine
+
+    tiny_pipeline("janus", grid=(2, 2), vocab_size=8).save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: 1.5)  # as with `yes` on one of two
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
+    argv = ["bench", "--model", str(tmp_path / "model"), "--n", "2", "--samplers", "ar", "--threads", "1"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "| ar |" in captured.out
+    warned = [line for line in captured.err.splitlines() if line.startswith("arjet bench: warning: ")]
+    assert any(
+        "other processes kept 1.5 of the 2 cores busy while this ran on 1 thread(s)" in w for w in warned
+    )

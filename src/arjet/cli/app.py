@@ -7,7 +7,8 @@ import socket
 from pathlib import Path
 
 from . import types
-from .options import add_command, add_device_argument, add_threads_argument, apply_threads
+from .options import add_command, add_device_argument, add_threads_argument
+from .threads import apply_threads
 
 DESCRIPTION = """Serve the web demo: watch a sampler fill in the image, see which forward pass fixed each
 cell, and compare with plain `ar` on the same prompt and seed.

@@ -165,12 +165,19 @@ def run(args: argparse.Namespace) -> int:
                 pipe, specs, prompts, seed=args.seed, arch=arch, progress=not print_json, **call
             )
 
-    # 3. report
+    # 3. report (and, last, why its seconds may not be trustworthy)
     if path is not None:
         path.write_text(json_text(result.to_dict()) + "\n")
     if print_json:
         print(json_text(result.to_dict()))
-        return 0
+    else:
+        _print_table(result, prompts, specs, arch, path)
+    for message in result.warnings:
+        warnings.warn(message, stacklevel=1)
+    return 0
+
+
+def _print_table(result, prompts: list[str], specs: list[str], arch: str | None, path) -> None:
     env = result.environment
     model = f"{arch}, random weights" if arch else env["pipeline"]
     print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({model}, {env['dtype']})")
@@ -187,7 +194,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if path is not None:
         print(f"wrote {path}")
-    return 0
 
 
 SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults
@@ -269,7 +275,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
 
     from ..pipelines.loading import torch_dtype
     from ..presets import random_pipeline
-    from .options import apply_threads
+    from .threads import apply_threads
 
     if args.device is not None and args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: CUDA is not available on this machine")
