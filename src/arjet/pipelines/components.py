@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import check_fits_in_memory
+from .loading import is_packaged
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 # the loggers that print the loaders' own reports, silenced while arjet reports the mismatch itself
@@ -43,11 +44,12 @@ def load_component(
     Before any weight is read, the model the folder's config describes is built on the meta device and
     refused when it could not fit in memory; a weights file holding pickled objects other than tensors
     (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder."""
-    check_fits_in_memory(
-        f"the config of component {component!r} ({model_class.__name__}) in {folder}",
-        lambda: _build_from_config(model_class, folder),
-        _load_dtype(folder, kwargs.get("dtype")),
-    )
+    if not is_packaged(folder):  # the package's own models are known to be small
+        check_fits_in_memory(
+            f"the config of component {component!r} ({model_class.__name__}) in {folder}",
+            lambda: _build_from_config(model_class, folder),
+            _load_dtype(folder, kwargs.get("dtype")),
+        )
     with _readable_weights(component, folder):
         if not strict:
             return model_class.from_pretrained(folder, **kwargs)
@@ -57,6 +59,24 @@ def load_component(
             )
     check_load_report(component, model_class, folder, report, unread)
     return model
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bars from transformers' and diffusers' loaders meanwhile: they drew one bar per component
+    and per weights file, nested, for loads that take a fraction of a second. Each library's own setting is
+    restored afterwards."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    shown = [lib for lib in (transformers_logging, diffusers_logging) if lib.is_progress_bar_enabled()]
+    for library in shown:
+        library.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for library in shown:
+            library.enable_progress_bar()
 
 
 def _build_from_config(model_class: Any, folder: str | Path) -> Any:
