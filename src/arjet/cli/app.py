@@ -91,11 +91,12 @@ def check_listen_address(host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_listen_address(args.host, args.port)  # before Gradio's import, seconds long
+    choices = model_choices(args.model)
+
     from ..app.ui import build_demo, serve
     from ..pipelines.loading import default_device
 
-    check_listen_address(args.host, args.port)
-    choices = model_choices(args.model)
     apply_threads(args)
     device = args.device or default_device()
     demo = build_demo(choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit)
