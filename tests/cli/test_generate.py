@@ -7,6 +7,7 @@ import os
 import numpy as np
 import PIL.Image
 import pytest
+import torch
 
 from arjet import cli, samplers
 from arjet.cli import generate
@@ -32,7 +33,9 @@ def test_generate_writes_the_image_and_prints_json_stats(saved, tmp_path, capsys
     code = cli.main([*argv, "--device", "cpu", "--out", str(out), "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"prompt", "out", "stats"}
+    assert (
+        set(report) == {"prompt", "out", "threads", "stats"} and report["threads"] == torch.get_num_threads()
+    )
     assert report["prompt"] == PROMPT and report["out"] == str(out)
     (stat,) = report["stats"]
     assert {"sampler", "forward_passes", "tokens", "accepted_per_step", "compression", "seconds"} <= set(stat)

@@ -22,7 +22,7 @@ def restore_threads():
 
 @pytest.mark.parametrize(
     ("cores", "busy", "expected"),
-    [(2, 1.0, 1), (2, 0.1, 2), (2, 1.8, 1), (2, 0.6, 1), (2, 0.4, 2), (16, 3.2, 13), (2, None, 2)],
+    [(2, 1.0, 1), (2, 0.1, 2), (2, 0.25, 2), (2, 0.4, 1), (2, 1.8, 1), (16, 3.2, 13), (2, None, 2)],
 )
 def test_the_default_is_one_thread_per_free_core(cores, busy, expected, monkeypatch):
     monkeypatch.setattr(machine, "usable_cores", lambda: cores)

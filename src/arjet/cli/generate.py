@@ -60,6 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from .. import samplers
     from ..reports.grid import image_grid
 
@@ -92,12 +94,14 @@ def run(args: argparse.Namespace) -> int:
     )
     (out.images[0] if len(out.images) == 1 else image_grid(out.images)).save(path)
 
-    # 3. what each image cost
+    # 3. what each image cost (and on how many CPU threads, which the command chose unless told)
+    threads = torch.get_num_threads() if pipe._execution_device.type == "cpu" else None
     if args.json:
         stats = [{k: v for k, v in s.to_dict().items() if k != "commit_step"} for s in out.stats]
-        print(json_text({"prompt": args.prompt, "out": str(path), "stats": stats}))
+        print(json_text({"prompt": args.prompt, "out": str(path), "threads": threads, "stats": stats}))
         return 0
-    lines = [_cost(stat) for stat in out.stats]
+    where = "" if threads is None else f" on {threads} CPU thread{'s' if threads > 1 else ''}"
+    lines = [_cost(stat) + where for stat in out.stats]
     if len(lines) == 1:
         print(f"saved {path}: {lines[0]}")
         return 0

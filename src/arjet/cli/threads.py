@@ -34,11 +34,14 @@ def free_cores() -> float | None:
     return None if busy is None else max(0.0, machine.usable_cores() - busy)
 
 
+FREE_SHARE = 0.75  # of a core left free by other processes, for it to count: their load comes and goes
+
+
 def default_threads() -> int:
-    """One thread per free core (a core counts when at least half of it is free), at least one."""
+    """One thread per free core (a core counts when at least `FREE_SHARE` of it is free), at least one."""
     free = free_cores()
     cores = machine.usable_cores()
-    return cores if free is None else max(1, min(cores, int(free + 0.5)))
+    return cores if free is None else max(1, min(cores, int(free + 1 - FREE_SHARE)))
 
 
 def apply_threads(args: argparse.Namespace) -> int:
