@@ -162,6 +162,7 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
             "sets its own models, samplers and sizes; drop --samplers",
         ),
         (["--suite", "gpu", "--out", "x", "--device", "cpu"], "it needs a CUDA device, got --device cpu"),
+        (["--suite", "gpu", "--out", "/proc/self/run"], "--out '/proc/self/run': no file can be written in"),
         (["--sections", "shapes"], "--sections goes with --suite NAME"),
         (["--budget-minutes", "3"], "--budget-minutes goes with --suite NAME"),
     ],

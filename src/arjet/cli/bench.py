@@ -224,9 +224,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--suite {suite.name} sets its own models, samplers and sizes; drop {options}")
     if args.out is None:
         raise ValueError(f"--suite {suite.name} writes a report folder: pass --out DIR")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; --suite writes report.md and report.json into a folder")
+    out = checks.output_dir("--out", args.out)  # report.md and report.json go into a folder
     tests = None if args.tests is None else Path(args.tests)
     sections = None if args.sections is None else [name.strip() for name in args.sections.split(",")]
     device = args.device or "cuda"

@@ -15,8 +15,10 @@ import time
 
 from .. import machine
 
-_start: tuple[tuple[float, float] | None, float] = (machine.cpu_seconds(), time.perf_counter())
 MIN_SPAN = 0.2  # seconds: a shorter start-up measures too little, so sample this long instead
+FREE_SHARE = 0.75  # of a core left free by other processes, for it to count: their load comes and goes
+
+_start: tuple[tuple[float, float] | None, float] = (machine.cpu_seconds(), time.perf_counter())
 
 
 def mark_start() -> None:
@@ -32,9 +34,6 @@ def free_cores() -> float | None:
     span = time.perf_counter() - began
     busy = machine.others_busy(reading, span) if span >= MIN_SPAN else machine.busy_cores(MIN_SPAN)
     return None if busy is None else max(0.0, machine.usable_cores() - busy)
-
-
-FREE_SHARE = 0.75  # of a core left free by other processes, for it to count: their load comes and goes
 
 
 def default_threads() -> int:
