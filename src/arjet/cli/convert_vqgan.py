@@ -31,9 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    checks.output_dir("OUT", args.out, empty=True)  # before torch is imported or the checkpoint read
     from ..vq.convert import convert_chameleon_vqgan
 
-    checks.output_dir("OUT", args.out, empty=True)  # before the checkpoint is read
     out = convert_chameleon_vqgan(args.ckpt, args.out, args.config)
     print(f"wrote ChameleonVQGAN to {out}")
     return 0
