@@ -267,9 +267,7 @@ def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None)
             )
         _check_can_create(name, shown, path)
         return path
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(
             f"{name} {str(shown)!r}: {str(existing)!r} is a file, so no folder can be made there"
@@ -280,11 +278,16 @@ def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None)
 
 def missing_folders(path: str | os.PathLike) -> list[Path]:
     """`path` and those of its parents that do not exist yet, the deepest first (what making it creates)."""
-    missing, folder = [], Path(path).expanduser()
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
+    path = Path(path).expanduser()
+    existing = _nearest_existing(path)
+    return [path, *path.parents][: len(path.parts) - len(existing.parts)]
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _path(name: str, value: Any) -> Path:
@@ -305,9 +308,7 @@ def _check_suffix(name: str, value: Any, path: Path, allowed: tuple[str, ...], i
 def _check_folder_exists(name: str, value: Any, folder: Path) -> None:
     if folder.is_dir():
         return
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(folder)
     if existing.exists() and not existing.is_dir():
         raise ValueError(
             f"{name} {str(value)!r}: {str(existing)!r} is a file, so no folder can be made there"
