@@ -1,6 +1,8 @@
 """`arjet.checks`: the one module of argument checks every entry point uses."""
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -77,9 +79,10 @@ def test_cuda_devices_must_exist_here():
 
 def test_output_paths(tmp_path):
     (tmp_path / "file").write_text("")
-    assert (
-        checks.output_file("--out", str(tmp_path / "new" / "x.png"), image=True) == tmp_path / "new" / "x.png"
-    )
+    assert checks.output_file("--out", str(tmp_path / "x.png"), image=True) == tmp_path / "x.png"
+    with pytest.raises(ValueError, match="the folder .*new' does not exist; create it first"):
+        checks.output_file("--out", str(tmp_path / "new" / "x.png"), image=True)
+    assert checks.output_file("--log", str(tmp_path / "new" / "x.jsonl"), new_folders=True)
     with pytest.raises(ValueError, match="is a folder; give a file name"):
         checks.output_file("--out", str(tmp_path), image=True)
     with pytest.raises(ValueError, match="image extension arjet can write"):
@@ -92,3 +95,70 @@ def test_output_paths(tmp_path):
         checks.output_dir("--out", str(tmp_path / "file"))
     assert checks.output_dir("--out", str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
     assert not (tmp_path / "a").exists()  # checking creates nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nor leaves a probe behind
+    assert checks.missing_folders(tmp_path / "a" / "b") == [tmp_path / "a" / "b", tmp_path / "a"]
+
+
+def test_output_files_that_are_not_regular_files_are_refused(tmp_path):
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="fifo.png' is not a regular file"):
+        checks.output_file("--out", str(fifo), image=True)
+    (tmp_path / "full.png").symlink_to("/dev/full")
+    with pytest.raises(ValueError, match="is a symbolic link to '/dev/full', which is not an image file"):
+        checks.output_file("--out", str(tmp_path / "full.png"), image=True)
+
+
+def test_a_symlink_is_written_through_only_to_an_image_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    (tmp_path / "link.png").symlink_to(tmp_path / "notes.txt")
+    with pytest.raises(
+        ValueError, match="link.png' is a symbolic link to .*notes.txt', which is not an image"
+    ):
+        checks.output_file("--out", str(tmp_path / "link.png"), image=True)
+    (tmp_path / "old.png").write_bytes(b"")
+    (tmp_path / "current.png").symlink_to(tmp_path / "old.png")
+    assert checks.output_file("--out", str(tmp_path / "current.png"), image=True) == tmp_path / "old.png"
+    (tmp_path / "report.json").symlink_to(tmp_path / "notes.txt")
+    with pytest.raises(ValueError, match="is a symbolic link to .*notes.txt', which is not a file"):
+        checks.output_file("--out", str(tmp_path / "report.json"), suffixes=(".json",))
+
+
+@pytest.mark.parametrize("path", ["/proc/self/x.png", "/sys/kernel/x.png", "/proc/x.png"])
+def test_output_files_in_kernel_folders_are_refused(path):
+    if not Path(path).parent.is_dir():
+        pytest.skip(f"{Path(path).parent} does not exist on this system")
+    with pytest.raises(ValueError, match="no file can be written in"):
+        checks.output_file("--out", path, image=True)
+
+
+def test_an_existing_file_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    target = tmp_path / "x.png"
+    target.write_bytes(b"")
+
+    def refuse(path, flags, *args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(checks.os, "open", refuse)  # as for another user's file (root may write any)
+    with pytest.raises(ValueError, match="x.png' exists and cannot be overwritten \\(Permission denied\\)"):
+        checks.output_file("--out", str(target), image=True)
+
+
+def test_an_output_folder_can_be_required_empty(tmp_path):
+    assert checks.output_dir("--out", tmp_path, empty=True) == tmp_path
+    (tmp_path / "x").write_text("")
+    with pytest.raises(ValueError, match="is a folder that is not empty; give a new or empty folder"):
+        checks.output_dir("--out", tmp_path, empty=True)
+
+
+def test_text_refuses_lone_surrogates_by_position():
+    assert checks.text("prompt", "a red circle, ünïcode ☺") == "a red circle, ünïcode ☺"
+    with pytest.raises(
+        ValueError,
+        match="prompt holds U\\+DCFF at character 6, a lone surrogate \\(Python's stand-in for a byte 0xff",
+    ):
+        checks.text("prompt", "a red \udcff circle")  # `a red \xff circle` read from a command line
+    with pytest.raises(
+        ValueError, match="prompt holds U\\+D800 at character 0, a lone surrogate; it is not text"
+    ):
+        checks.text("prompt", "\ud800")

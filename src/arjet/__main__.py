@@ -1,8 +1,6 @@
 """`python -m arjet COMMAND ...` is `arjet COMMAND ...` (also under `accelerate launch -m arjet ...`)."""
 
-import sys
-
-from .cli import main
+from .cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

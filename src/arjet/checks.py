@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,25 @@ def seed(name: str, value: Any, count: int = 1) -> int:
     return value
 
 
+def text(name: str, value: str) -> str:
+    """`value` if it is text that UTF-8 can hold: a lone surrogate (how Python keeps a byte that was not UTF-8,
+    e.g. from a command line in another encoding) is a ValueError naming it and where it is."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(value[error.start])
+        stand_in = (
+            f" (Python's stand-in for a byte 0x{code - 0xDC00:02x} that was not UTF-8)"
+            if code >= 0xDC80
+            else ""
+        )
+        raise ValueError(
+            f"{name} holds U+{code:04X} at character {error.start}, a lone surrogate{stand_in}; it is not "
+            "text: write it in UTF-8"
+        ) from None
+    return value
+
+
 # -- numbers written as text ------------------------------------------------------------------------
 # ASCII only: Python's int() and float() also take "1_6" and other scripts' digits ("８"), which no one
 # types on purpose into a command line or a sampler spec
@@ -134,6 +154,12 @@ def integer_from_text(text: str) -> int | None:
     """The integer `text` spells in ASCII digits (an optional sign, surrounding spaces allowed), else None."""
     stripped = text.strip()
     return int(stripped) if _INTEGER_TEXT.fullmatch(stripped) else None
+
+
+def integers_from_text(text: str) -> list[int] | None:
+    """The integers of a comma-separated list in ASCII digits (`"1,2,3"`), else None."""
+    values = [integer_from_text(piece) for piece in text.split(",")]
+    return None if any(value is None for value in values) else values
 
 
 def number_from_text(text: str) -> float:
@@ -167,6 +193,11 @@ def check_device(text: Any, name: str = "device") -> str:
 
 
 # -- output paths -------------------------------------------------------------------------------------
+# What a command may write to: a regular file (new, or one it may overwrite) and folders. Checked before any
+# model work by really creating a file in the folder (`os.access` says yes for root on /sys, read-only
+# mounts and /proc alike), never by writing the output itself. Nothing is created by a check.
+
+
 def image_suffixes() -> tuple[str, ...]:
     """File extensions PIL can write (`.png`, `.jpg`, ...; not `.psd`, which it only reads)."""
     import PIL.Image
@@ -177,49 +208,134 @@ def image_suffixes() -> tuple[str, ...]:
     )
 
 
-def output_file(name: str, value: Any, *, suffixes: Iterable[str] | None = None, image: bool = False) -> Path:
-    """The path of a file a command will write, checked before any work: not a folder, with an allowed
-    extension, in a folder that exists or can be made (no file in the way) and that is writable."""
+def output_file(
+    name: str,
+    value: Any,
+    *,
+    suffixes: Iterable[str] | None = None,
+    image: bool = False,
+    new_folders: bool = False,
+) -> Path:
+    """The path a command will write a file to, checked before any work: a new name in a writable folder, or a
+    regular file there that may be overwritten; never a folder, a device, a FIFO or a socket. The folder
+    must exist unless `new_folders` (then it must be makeable). A symbolic link is written through only to
+    a regular file (or a new name) with an allowed extension, and the path returned is then the link's
+    target; a link to anything else is refused, so its target is never overwritten by surprise."""
     path = _path(name, value)
     if path.is_dir():
         raise ValueError(
             f"{name} {str(value)!r} is a folder; give a file name, e.g. {str(path / 'out.png')!r}"
         )
     allowed = image_suffixes() if image else tuple(suffixes or ())
-    if allowed and path.suffix.lower() not in allowed:
-        shown = ", ".join(s for s in allowed if s in (".png", ".jpg", ".json", ".webp")) or ", ".join(allowed)
-        kind = "an image extension arjet can write" if image else "one of"
-        raise ValueError(f"{name} must end in {kind} ({shown}), got {str(value)!r}")
-    _check_writable_parent(name, value, path.parent)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{name} {str(value)!r} exists and is not writable")
+    _check_suffix(name, value, path, allowed, image)
+    target = path
+    if path.is_symlink():
+        target = Path(os.path.realpath(path))
+        if (allowed and target.suffix.lower() not in allowed) or (target.exists() and not target.is_file()):
+            raise ValueError(
+                f"{name} {str(value)!r} is a symbolic link to {str(target)!r}, which is not "
+                f"{'an image' if image else 'a'} file arjet may overwrite; remove the link or name another file"
+            )
+    if target.exists():
+        if not target.is_file():
+            raise ValueError(
+                f"{name} {str(value)!r} is not a regular file (a device, FIFO or socket); give a file name"
+            )
+        _check_overwritable(name, value, target)
+    elif new_folders:
+        output_dir(name, target.parent, shown=value)
+    else:
+        _check_folder_exists(name, value, target.parent)
+        _check_can_create(name, value, target.parent)
+    return target
+
+
+def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None) -> Path:
+    """The path of a folder a command will write into, checked before any work: an existing folder where a
+    file can be created (with `empty`, holding nothing yet), or a new one whose nearest existing parent is
+    such a folder (the command makes it, with any missing parents). `shown`: the value to name in errors."""
+    path = _path(name, value)
+    shown = value if shown is None else shown
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(
+                f"{name} {str(shown)!r} is a file, not a folder; give a folder (new or empty) instead"
+            )
+        if empty and any(path.iterdir()):
+            raise ValueError(
+                f"{name} {str(shown)!r} is a folder that is not empty; give a new or empty folder"
+            )
+        _check_can_create(name, shown, path)
+        return path
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise ValueError(
+            f"{name} {str(shown)!r}: {str(existing)!r} is a file, so no folder can be made there"
+        )
+    _check_can_create(name, shown, existing)
     return path
 
 
-def output_dir(name: str, value: Any) -> Path:
-    """The path of a folder a command will write into: not a file, and makeable / writable."""
-    path = _path(name, value)
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"{name} {str(value)!r} is a file, not a folder; give a folder (new or empty) instead"
-        )
-    _check_writable_parent(name, value, path)
+def missing_folders(path: str | os.PathLike) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, the deepest first (what making it creates)."""
+    path = Path(path).expanduser()
+    existing = _nearest_existing(path)
+    return [path, *path.parents][: len(path.parts) - len(existing.parts)]
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
     return path
 
 
 def _path(name: str, value: Any) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise ValueError(f"{name} must be a path, got {value!r}")
+    if "\0" in str(value):
+        raise ValueError(f"{name} must be a path, got {value!r} (it holds a NUL character)")
     return Path(value).expanduser()
 
 
-def _check_writable_parent(name: str, value: Any, folder: Path) -> None:
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
+def _check_suffix(name: str, value: Any, path: Path, allowed: tuple[str, ...], image: bool) -> None:
+    if allowed and path.suffix.lower() not in allowed:
+        shown = ", ".join(s for s in allowed if s in (".png", ".jpg", ".json", ".webp")) or ", ".join(allowed)
+        kind = "an image extension arjet can write" if image else "one of"
+        raise ValueError(f"{name} must end in {kind} ({shown}), got {str(value)!r}")
+
+
+def _check_folder_exists(name: str, value: Any, folder: Path) -> None:
+    if folder.is_dir():
+        return
+    existing = _nearest_existing(folder)
+    if existing.exists() and not existing.is_dir():
         raise ValueError(
             f"{name} {str(value)!r}: {str(existing)!r} is a file, so no folder can be made there"
         )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{name} {str(value)!r}: the folder {str(existing)!r} is not writable")
+    raise ValueError(
+        f"{name} {str(value)!r}: the folder {str(folder)!r} does not exist; create it first "
+        "(arjet makes no folders for an output file)"
+    )
+
+
+def _check_can_create(name: str, value: Any, folder: Path) -> None:
+    """Create (and remove) an empty file in `folder`: the one test that holds for root, /proc, /sys and
+    read-only file systems alike."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".arjet-probe-", dir=folder)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ValueError(
+            f"{name} {str(value)!r}: no file can be written in {str(folder)!r} ({reason})"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def _check_overwritable(name: str, value: Any, path: Path) -> None:
+    try:
+        os.close(os.open(path, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0)))  # opens, truncates nothing
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ValueError(f"{name} {str(value)!r} exists and cannot be overwritten ({reason})") from None

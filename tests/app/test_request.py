@@ -41,6 +41,8 @@ def test_sampler_spec_ignores_blank_options():
         (dict(temperature=-0.1), "temperature must be a finite number from 0 to 5"),
         (dict(temperature=None), "temperature must be a finite number"),
         (dict(top_k=-3), "top_k must be an integer from 0 to 1000000"),
+        (dict(top_k=1.5), "top_k must be an integer from 0 to 1000000, got 1.5"),
+        (dict(prompt="a red \udcff circle"), "The prompt holds U\\+DCFF at character 6, a lone surrogate"),
         (dict(sampler=None), "Unknown sampler None"),
         (dict(options="window=65"), "window=65 is above this demo's limit of 64"),
     ],

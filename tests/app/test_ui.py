@@ -73,6 +73,8 @@ def test_an_unexpected_failure_gives_a_message_and_the_server_keeps_serving(clie
         (dict(options="window=0"), "Bad sampler options"),
         (dict(sampler="sjd2"), "sjd2 needs a checkpoint fine-tuned"),
         (dict(temperature=9.0), "greater than maximum"),
+        (dict(top_k=1.5), "top_k must be an integer from 0 to 1000000, got 1.5"),
+        (dict(seed=2.5), "seed must be an integer from 0 to 2147483647, got 2.5"),
     ],
 )
 def test_bad_input_gives_a_message_and_the_server_keeps_serving(client, changes, message):

@@ -83,7 +83,7 @@ def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys)
     monkeypatch.setitem(PRESETS, "small-janus", small_preset("janus-pro-1b"))
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\na purple elephant on a ladder\n")  # the second has unknown words
-    out = tmp_path / "new" / "folder" / "bench.json"
+    out = tmp_path / "bench.json"
     args = [
         "bench",
         "--arch",
@@ -95,7 +95,9 @@ def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys)
         str(prompts),
     ]
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no per-prompt unknown-word warnings
+        warnings.filterwarnings(
+            "error", message="prompt .*the text tokenizer does not know"
+        )  # none per prompt
         code = main([*args, "--n", "2", "--samplers", "sjd:window=4", "--json", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
@@ -160,6 +162,7 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
             "sets its own models, samplers and sizes; drop --samplers",
         ),
         (["--suite", "gpu", "--out", "x", "--device", "cpu"], "it needs a CUDA device, got --device cpu"),
+        (["--suite", "gpu", "--out", "/proc/self/run"], "--out '/proc/self/run': no file can be written in"),
         (["--sections", "shapes"], "--sections goes with --suite NAME"),
         (["--budget-minutes", "3"], "--budget-minutes goes with --suite NAME"),
     ],
@@ -212,3 +215,19 @@ def test_concurrency_measures_the_engine_and_draws_the_plot(tmp_path, capsys):
         ("adaptive", 2),
     ]
     assert plot.stat().st_size > 1000
+
+
+def test_bench_warns_in_one_line_when_its_seconds_are_not_trustworthy(tmp_path, monkeypatch, capsys):
+    from arjet import machine
+
+    tiny_pipeline("janus", grid=(2, 2), vocab_size=8).save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: 1.5)  # as with `yes` on one of two
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
+    argv = ["bench", "--model", str(tmp_path / "model"), "--n", "2", "--samplers", "ar", "--threads", "1"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "| ar |" in captured.out
+    warned = [line for line in captured.err.splitlines() if line.startswith("arjet bench: warning: ")]
+    assert any(
+        "other processes kept 1.5 of the 2 cores busy while this ran on 1 thread(s)" in w for w in warned
+    )

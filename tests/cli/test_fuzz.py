@@ -52,6 +52,7 @@ COMMANDS = {
         "options": {
             "--port": INTS + ["0", "70000"], "--max-queue": INTS + ["0"], "--time-limit": FLOATS + ["0"],
             "--device": DEVICES, "--model": ["/nonexistent/model", "no-such-builtin"],
+            "--host": ["not a host!", "256.1.1.1", "no-such-host.invalid"],
         },
     },
     "train vq": {

@@ -2,10 +2,12 @@
 
 import argparse
 import json
+import os
 
 import numpy as np
 import PIL.Image
 import pytest
+import torch
 
 from arjet import cli, samplers
 from arjet.cli import generate
@@ -26,12 +28,14 @@ def saved(tmp_path_factory):
 
 def test_generate_writes_the_image_and_prints_json_stats(saved, tmp_path, capsys):
     folder, pipe = saved
-    out = tmp_path / "images" / "circle.png"
+    out = tmp_path / "circle.png"
     argv = ["generate", PROMPT, "--model", str(folder), "--sampler", "sjd", "--seed", "3"]
     code = cli.main([*argv, "--device", "cpu", "--out", str(out), "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"prompt", "out", "stats"}
+    assert (
+        set(report) == {"prompt", "out", "threads", "stats"} and report["threads"] == torch.get_num_threads()
+    )
     assert report["prompt"] == PROMPT and report["out"] == str(out)
     (stat,) = report["stats"]
     assert {"sampler", "forward_passes", "tokens", "accepted_per_step", "compression", "seconds"} <= set(stat)
@@ -84,6 +88,10 @@ def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
         (["--out", "image.psd"], "--out must end in an image extension arjet can write"),
         (["--out", "."], "--out '.' is a folder; give a file name"),
         (["", "--out", "x.png"], "the prompt is empty"),
+        (
+            ["a red \udcff circle", "--out", "x.png"],
+            "the prompt holds U+DCFF at character 6, a lone surrogate",
+        ),
         (["--compile", "cuda-graphs", "--device", "cpu"], "--compile cuda-graphs needs a CUDA device"),
         (["--compile", "yes"], "argument --compile: invalid choice: 'yes'"),
     ],
@@ -94,7 +102,7 @@ def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monk
 
     monkeypatch.setattr(generate, "load_pipeline", no_load)
     missing = tmp_path / "no-model-here"  # loading it would fail with a different error
-    prompt = [] if option[0] == "" else [PROMPT]
+    prompt = [] if option[0] == "" or option[0].startswith("a red") else [PROMPT]
     code = cli.main(["generate", *prompt, "--model", str(missing), *option])
     assert code == 2
     error = capsys.readouterr().err
@@ -105,13 +113,45 @@ def test_bad_options_fail_before_the_model_loads(option, message, tmp_path, monk
 def test_output_paths_are_checked_before_the_model_loads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(generate, "load_pipeline", lambda args: pytest.fail("loaded before checking --out"))
     (tmp_path / "file").write_text("")
+    os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "full.png").symlink_to("/dev/full")
+    (tmp_path / "notes.txt").write_text("keep me")
+    (tmp_path / "link.png").symlink_to(tmp_path / "notes.txt")
     cases = {
         str(tmp_path / "file" / "x.png"): "is a file, so no folder can be made there",
         str(tmp_path): "is a folder; give a file name",
+        str(tmp_path / "nonexistent" / "dir" / "x.png"): "does not exist; create it first",
+        str(tmp_path / "fifo.png"): "is not a regular file (a device, FIFO or socket)",
+        str(tmp_path / "full.png"): "is a symbolic link to '/dev/full', which is not an image file",
+        str(tmp_path / "link.png"): "notes.txt', which is not an image file arjet may overwrite",
+        "/proc/self/x.png": "no file can be written in '/proc/self'",
     }
     for out, message in cases.items():
         assert cli.main(["generate", PROMPT, "--out", out]) == 2
-        assert message in capsys.readouterr().err
+        error = capsys.readouterr().err
+        assert error.startswith("arjet generate: error: --out ") and message in error, (out, error)
+    assert not (tmp_path / "nonexistent").exists()
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_a_link_to_an_image_is_written_through(saved, tmp_path, capsys):
+    folder, _ = saved
+    (tmp_path / "old.png").write_bytes(b"")
+    (tmp_path / "latest.png").symlink_to(tmp_path / "old.png")
+    argv = [
+        "generate",
+        PROMPT,
+        "--model",
+        str(folder),
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "latest.png"),
+    ]
+    assert cli.main(argv) == 0
+    assert (tmp_path / "latest.png").is_symlink()
+    with PIL.Image.open(tmp_path / "old.png") as image:
+        assert image.size == (6, 6)
 
 
 def test_a_missing_model_folder_is_named_before_any_load(tmp_path, monkeypatch, capsys):

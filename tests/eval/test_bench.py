@@ -3,6 +3,7 @@
 import pytest
 
 from arjet.eval.bench import run_bench
+from arjet.eval.speed import timing_warnings
 from arjet.testing import tiny_pipeline
 
 
@@ -44,3 +45,31 @@ def test_a_bad_batch_size_is_refused():
     pipe = tiny_pipeline("janus")
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         run_bench(pipe, ["ar"], ["a"], warmup=False, progress=False, batch_size=0)
+
+
+def _records(sampler, seconds, passes=100):
+    return [{"sampler": sampler, "seconds": s, "forward_passes": passes} for s in seconds]
+
+
+QUIET = {"device": "cpu", "others_busy_cores": 0.1, "torch_threads": 1, "usable_cores": 2}
+
+
+def test_timings_far_apart_or_a_busy_machine_are_flagged():
+    steady = _records("ar", [1.0, 1.1, 0.95]) + _records("sjd", [0.5, 0.55], passes=40)
+    assert timing_warnings(steady, QUIET) == []
+    (spread,) = timing_warnings(_records("ar", [1.0, 3.2]), QUIET)
+    assert spread == (
+        "ar: a forward took from 10 to 32 ms between its calls (3.2x apart), so its seconds are not trustworthy"
+    )
+    (busy,) = timing_warnings(steady, {**QUIET, "others_busy_cores": 1.3})
+    assert busy.startswith("other processes kept 1.3 of the 2 cores busy while this ran on 1 thread(s)")
+    assert timing_warnings(steady, {**QUIET, "torch_threads": 2, "others_busy_cores": 0.9}) != []
+    assert timing_warnings(steady, {**QUIET, "device": "cuda", "others_busy_cores": 1.9}) == []
+
+
+def test_a_bench_records_the_load_it_ran_under():
+    pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8)
+    result = run_bench(pipe, ["ar"], ["a", "b"], warmup=False, progress=False)
+    environment = result.to_dict()["environment"]
+    assert {"others_busy_cores", "usable_cores", "torch_threads"} <= set(environment)
+    assert result.to_dict()["warnings"] == timing_warnings(result.records, environment)

@@ -1,6 +1,7 @@
 """Prompt sets by name (read from ../shared/data/prompts via ARJET_PROMPTS_DIR) and from files."""
 
 import json
+import re
 import sys
 import types
 
@@ -77,6 +78,29 @@ def test_prompt_files_of_every_format(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"title": "x"}) + "\n")
     with pytest.raises(ValueError, match="none of the fields"):
         load_prompts(str(tmp_path / "bad.jsonl"))
+
+
+BAD_FILES = [
+    ("p.txt", b"a red circle\n\xff\xfe oops\n", "line 2: the byte 0xff is not UTF-8 text"),
+    ("p.jsonl", b'{"prompt": "a"}\n{"prompt": "b"\n', "line 2: not a JSON object (Expecting ',' delimiter"),
+    ("p.jsonl", b'{"prompt": "a"}\n\n[1, 2]\n', "line 3: not a JSON object, got [1, 2]"),
+    ("p.jsonl", b'{"prompt": 3}\n', "line 1: the field 'prompt' is 3, not text"),
+    ("p.jsonl", b'{"prompt": "a \\udc80 b"}\n', "line 1 holds U+DC80 at character 2, a lone surrogate"),
+    ("p.jsonl", b'{"title": "x"}\n', "line 1: a record has none of the fields"),
+    ("p.csv", b"Prompt,Category\na cat,x\n,y\n", "line 3: a record has none of the fields"),
+    ("p.tsv", b"Prompt\n\xe9t\xe9\n", "line 2: the byte 0xe9 is not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), BAD_FILES, ids=[m[:28] for _, _, m in BAD_FILES])
+def test_a_bad_prompt_file_is_named_with_its_line(name, content, message, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))} {re.escape(message)}"):
+        load_prompts(str(path))
+    assert main(["bench", "--prompts", str(path), "--n", "1", "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"arjet bench: error: {path} ") and "Traceback" not in error
 
 
 def test_the_builtin_set_comes_from_the_data_module(monkeypatch):

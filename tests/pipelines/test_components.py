@@ -1,8 +1,11 @@
 """Weights that do not match the model are an error naming the component and some keys, on every loading
 route (a saved pipeline folder, a bare transformers folder, a VQ folder), unless `strict=False`."""
 
+import json
+
 import pytest
 import torch
+from pickles import Payload
 from safetensors.torch import load_file, save_file
 from transformers import JanusVQVAE
 
@@ -137,3 +140,89 @@ def test_generate_refuses_a_folder_of_foreign_weights_in_one_line(tmp_path, caps
     error = capsys.readouterr().err.strip().splitlines()
     assert error[-1].startswith("arjet generate: error: the weights of component 'model'")
     assert not out.exists()
+
+
+def _pickle_weights(folder, marker):
+    """Replace the safetensors of `folder` by a torch file that also pickles a payload (it would write
+    `marker` if unpickled), as a `pytorch_model.bin` from an untrusted source might."""
+    (path,) = folder.glob("*.safetensors")
+    weights = {**load_file(path), "payload": Payload(marker)}
+    path.unlink()
+    torch.save(weights, folder / "pytorch_model.bin")
+
+
+def test_pickled_objects_in_a_weights_file_are_refused_unrun(family, tmp_path):
+    folder, _ = _saved(family, tmp_path)
+    _pickle_weights(folder / "model", tmp_path / "ran")
+    with pytest.raises(
+        ValueError, match="component 'model' in .* hold pickled Python objects other than tensors"
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_weights_file_of_tensors_only_still_loads_as_pytorch_model_bin(tmp_path):
+    folder, pipe = _saved("janus", tmp_path)
+    (path,) = (folder / "model").glob("*.safetensors")
+    torch.save(load_file(path), folder / "model" / "pytorch_model.bin")
+    path.unlink()
+    loaded = arjet.ARPipeline.from_pretrained(str(folder))
+    assert torch.equal(loaded.model.lm_head.weight, pipe.model.lm_head.weight)
+
+
+def _edit_config(folder, **text_config):
+    config = json.loads((folder / "config.json").read_text())
+    config.get("text_config", config).update(text_config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_a_config_too_large_for_memory_is_refused_before_allocating(family, tmp_path, monkeypatch):
+    folder, _ = _saved(family, tmp_path)
+    _edit_config(folder / "model", vocab_size=10**12)  # 10**12 x width floats: terabytes
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("the loader ran before the config's size was checked")
+
+    monkeypatch.setattr(type(tiny_pipeline(family, vocab_size=6).model), "from_pretrained", no_allocation)
+    with pytest.raises(
+        ValueError, match="component 'model' .* describes a model of .* parameters that would take"
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_a_config_that_builds_no_model_is_named(tmp_path):
+    folder, _ = _saved("janus", tmp_path)
+    _edit_config(folder / "model", hidden_size=-8)
+    with pytest.raises(ValueError, match="component 'model' .* does not describe a model that can be built"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_weights_of_another_shape_are_named_not_raised_by_transformers(tmp_path):
+    folder, _ = _saved("janus", tmp_path)
+    _edit_config(folder / "model", vocab_size=100)
+    with pytest.raises(ValueError, match="weights have another shape in the checkpoint .*embed_tokens"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["generate", "a red circle", "--model", "{folder}", "--out", "{tmp}/x.png"],
+        ["train", "ar", "--init", "{folder}", "--out", "{tmp}/run", "--max-steps", "1"],
+        ["train", "sjd2", "--base", "{folder}", "--out", "{tmp}/run", "--max-steps", "1"],
+        ["train", "ar", "--vq", "{folder}/model/vqmodel", "--out", "{tmp}/run", "--max-steps", "1"],
+    ],
+    ids=["generate --model", "train ar --init", "train sjd2 --base", "train ar --vq"],
+)
+def test_commands_refuse_pickled_weights_in_one_line(command, tmp_path, capsys):
+    folder, pipe = _saved("janus", tmp_path)
+    pipe.model.model.vqmodel.save_pretrained(folder / "model" / "vqmodel")
+    _pickle_weights(folder / "model" / "vqmodel", tmp_path / "ran")
+    _pickle_weights(folder / "model", tmp_path / "ran")
+    argv = [part.format(folder=folder, tmp=tmp_path) for part in command]
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    lines = [line for line in error.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "hold pickled Python objects other than tensors" in lines[0], error
+    assert "Traceback" not in error and "weights_only=False" not in error
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()

@@ -82,6 +82,12 @@ def test_seed_and_generator_types_are_named(pipe, kwargs, message):
         pipe(PROMPT, **kwargs)
 
 
+@pytest.mark.parametrize("prompt", ["a red \udcff circle", ["a red circle", "\ud800"]])
+def test_a_prompt_that_is_not_text_is_named_before_the_tokenizer(pipe, prompt):
+    with pytest.raises(ValueError, match="prompt holds U\\+D[8C][0F]{2} at character [06], a lone surrogate"):
+        pipe(prompt)
+
+
 def test_the_largest_seeds_are_accepted(pipe):
     assert pipe.check_inputs(PROMPT, seed=2**63 - 1).batch_size == 1
     assert pipe.check_inputs(PROMPT, seed=2**63 - 2, num_images_per_prompt=2).batch_size == 2

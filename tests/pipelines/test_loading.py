@@ -188,3 +188,17 @@ def test_a_local_folder_wins_over_a_built_in_name(tmp_path, monkeypatch):
     tiny_pipeline("emu3", grid=(2, 2), vocab_size=6).save_pretrained(tmp_path / "shapes")
     monkeypatch.chdir(tmp_path)
     assert type(arjet.ARPipeline.from_pretrained("shapes")) is arjet.Emu3Pipeline
+
+
+def test_loading_draws_no_progress_bars_of_its_own_and_restores_the_libraries(tmp_path, capfd):
+    """transformers drew "Loading weights" and diffusers "Loading pipeline components..." for every load,
+    nested, though loading takes a fraction of a second; a saved pipeline loads in silence."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    tiny_pipeline("lumina_mgpt").save_pretrained(tmp_path / "saved")
+    capfd.readouterr()
+    arjet.ARPipeline.from_pretrained(str(tmp_path / "saved"))
+    printed = capfd.readouterr()
+    assert "Loading" not in printed.err + printed.out
+    assert transformers_logging.is_progress_bar_enabled() and diffusers_logging.is_progress_bar_enabled()

@@ -5,9 +5,10 @@ import torch
 from small_presets import SMALL_CODEBOOK, small_preset
 
 import arjet
+from arjet.machine import available_bytes
 from arjet.pipelines.prompts import unknown_words
 from arjet.presets import PRESETS, available_presets, get_preset, random_pipeline
-from arjet.presets.meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
+from arjet.presets.meta import materialize_random_, parameters_on_meta, required_bytes
 
 # Published dimensions, written out a second time so that an edit of the table has to agree with them:
 # (layers, hidden, heads, KV heads, FFN, vocabulary, max positions, rope theta, codebook, default grid)

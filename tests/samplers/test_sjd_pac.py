@@ -26,7 +26,8 @@ DRAWS = 200_000
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(window=0), "window must be an integer from 1 to 16384"),
+        (dict(window=0), "window must be an integer from 2 to 16384"),
+        (dict(window=1, tree_depth=1), "window must be an integer from 2 to 16384"),  # no room for a draft
         (dict(tree_width=0), "tree_width must be an integer from 1 to 64"),
         (dict(tree_depth=1.5), "tree_depth must be an integer from 1 to 16"),
         (dict(coupling="yes"), "coupling"),
@@ -69,6 +70,22 @@ def test_a_tree_wider_than_the_vocabulary_is_refused():
     pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=4)
     with pytest.raises(ValueError, match="tree_width=5 is more than the 4 codes"):
         pipe("a red circle", sampler=SJDPAC(window=16, tree_width=5, tree_depth=2))
+
+
+@pytest.mark.parametrize("family", ["janus", "lumina_mgpt"])
+def test_every_tree_the_checks_accept_decodes(family):
+    """Sizes that cannot work are refused with the other sampler checks, before any prompt is encoded; what
+    the checks let through decodes (a one-input window used to fail inside the decode)."""
+    pipe = tiny_pipeline(family, grid=(2, 2) if family == "janus" else (2, 1), vocab_size=4)
+    for window in (1, 2, 3, 4, 7, 64):
+        for width in (1, 2, 3, 4):
+            for depth in (1, 2, 3):
+                spec = f"sjd-pac:window={window},tree_width={width},tree_depth={depth}"
+                try:
+                    pipe.check_inputs("a red circle", sampler=spec)
+                except ValueError:
+                    continue
+                assert pipe("a red circle", sampler=spec, seed=0, output_type="latent").codes.min() >= 0, spec
 
 
 def test_a_window_larger_than_the_grid_is_refused_before_any_work():

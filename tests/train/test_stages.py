@@ -122,7 +122,8 @@ def test_sjd2_stage_adds_noise_conditioning(sjd2_trained):
 
 def test_sjd2_stage_continues_a_fine_tune_with_its_noise_conditioning(trained, sjd2_trained, capsys):
     base = sjd2_trained
-    unchanged = ("--max-steps", "0", "--seed", "7")  # a fresh conditioning (another seed) would differ
+    # one step at rates too small to move a weight: a fresh conditioning (another seed) would differ
+    unchanged = ("--max-steps", "1", "--lr", "1e-12", "--noise-lr", "1e-12", "--seed", "7")
     assert (
         main(_sjd2_args(trained, base / "pipeline", trained / "sjd2-more", "--levels", "4", *unchanged)) == 0
     )

@@ -61,6 +61,7 @@ def make_request(
         raise ValueError("The prompt is empty: describe an image, e.g. 'a red circle left of a blue square'.")
     if len(prompt) > max_prompt_chars:
         raise ValueError(f"The prompt has {len(prompt)} characters; at most {max_prompt_chars} are allowed.")
+    checks.text("The prompt", prompt)
     if not isinstance(sampler, str) or sampler not in samplers.available():
         raise ValueError(f"Unknown sampler {sampler!r}; choose one of {', '.join(samplers.available())}.")
     options = options if isinstance(options, str) else ""

@@ -134,11 +134,12 @@ def build_demo(
                     info=_options_info("sjd"),
                 )
                 with gr.Row():
-                    seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
+                    # no `precision`: Gradio would round 1.5 to 2; `make_request` refuses what is not whole
+                    seed = gr.Number(value=0, label="Seed", minimum=0, step=1)
                     guidance = gr.Slider(0, 20, value=3.0, step=0.5, label="CFG scale")
                 with gr.Row():
                     temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
-                    top_k = gr.Number(value=0, precision=0, label="Top-k (0 = model default)", minimum=0)
+                    top_k = gr.Number(value=0, label="Top-k (0 = model default)", minimum=0, step=1)
                 with gr.Row():
                     generate = gr.Button("Generate", variant="primary")
                     versus = gr.Button("Compare with ar")

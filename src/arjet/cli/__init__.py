@@ -5,6 +5,6 @@
 package is the only one that parses arguments; the library below it takes plain values.
 """
 
-from .main import main
+from .main import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 from . import types
-from .options import add_command, add_device_argument, add_threads_argument, apply_threads
+from .options import add_command, add_device_argument, add_threads_argument
+from .threads import apply_threads
 
 DESCRIPTION = """Serve the web demo: watch a sampler fill in the image, see which forward pass fixed each
 cell, and compare with plain `ar` on the same prompt and seed.
@@ -72,11 +74,36 @@ def model_choices(values: list[str] | None) -> dict[str, str] | None:
     return choices
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """Refuse, before any model loads, an address the demo could not listen on: a host this machine does not
+    resolve, or a port it cannot bind (taken, or reserved for root). Gradio would say "Cannot find empty
+    port" only after trying for seconds."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ValueError(
+            f"--host {host!r} is not an address or a name this machine resolves ({reason}); use e.g. 127.0.0.1 "
+            "(this machine only) or 0.0.0.0 (every interface)"
+        ) from None
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise ValueError(
+                f"cannot listen on --host {host} --port {port} ({error.strerror or error}); choose another "
+                "--port, or a --host of this machine"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_listen_address(args.host, args.port)  # before Gradio's import, seconds long
+    choices = model_choices(args.model)
+
     from ..app.ui import build_demo, serve
     from ..pipelines.loading import default_device
 
-    choices = model_choices(args.model)
     apply_threads(args)
     device = args.device or default_device()
     demo = build_demo(

@@ -188,13 +188,19 @@ def run(args: argparse.Namespace) -> int:
                 pipe, specs, prompts, seed=args.seed, arch=arch, progress=not print_json, **call
             )
 
-    # 3. report
+    # 3. report (and, last, why its seconds may not be trustworthy)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json_text(result.to_dict()) + "\n")
     if print_json:
         print(json_text(result.to_dict()))
-        return 0
+    else:
+        _print_table(result, prompts, specs, arch, path)
+    for message in result.warnings:
+        warnings.warn(message, stacklevel=1)
+    return 0
+
+
+def _print_table(result, prompts: list[str], specs: list[str], arch: str | None, path) -> None:
     env = result.environment
     model = f"{arch}, random weights" if arch else env["pipeline"]
     print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({model}, {env['dtype']})")
@@ -211,7 +217,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if path is not None:
         print(f"wrote {path}")
-    return 0
 
 
 def _throughput(args, arch, specs, prompts, call, path, plot, print_json) -> int:
@@ -277,9 +282,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--suite {suite.name} sets its own models, samplers and sizes; drop {options}")
     if args.out is None:
         raise ValueError(f"--suite {suite.name} writes a report folder: pass --out DIR")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; --suite writes report.md and report.json into a folder")
+    out = checks.output_dir("--out", args.out)  # report.md and report.json go into a folder
     tests = None if args.tests is None else Path(args.tests)
     sections = None if args.sections is None else [name.strip() for name in args.sections.split(",")]
     device = args.device or "cuda"
@@ -328,7 +331,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
 
     from ..pipelines.loading import torch_dtype
     from ..presets import random_pipeline
-    from .options import apply_threads
+    from .threads import apply_threads
 
     if args.device is not None and args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device}: CUDA is not available on this machine")

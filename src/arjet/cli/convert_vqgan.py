@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import checks
 from .options import add_command
 
 DESCRIPTION = """Convert Meta's Chameleon `vqgan.ckpt` (the image tokenizer of Lumina-mGPT, which transformers
@@ -20,7 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers, "convert-vqgan", "convert Meta's Chameleon vqgan.ckpt for Lumina-mGPT", DESCRIPTION
     )
     parser.add_argument("ckpt", help="Meta's vqgan.ckpt (Lightning checkpoint or bare state dict)")
-    parser.add_argument("out", help="output folder (config.json + diffusion_pytorch_model.safetensors)")
+    parser.add_argument(
+        "out", help="output folder, new or empty (config.json + diffusion_pytorch_model.safetensors)"
+    )
     parser.add_argument(
         "--config", default=None, metavar="YAML", help="the matching vqgan.yaml (default: Chameleon's values)"
     )
@@ -28,6 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    checks.output_dir("OUT", args.out, empty=True)  # before torch is imported or the checkpoint read
     from ..vq.convert import convert_chameleon_vqgan
 
     out = convert_chameleon_vqgan(args.ckpt, args.out, args.config)

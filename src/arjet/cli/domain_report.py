@@ -75,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
         load_pipeline(args), n=n, sampler=args.sampler, seed=args.seed, grid=grid, sampling=sampling
     )
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json_text(report) + "\n")
     if print_json:
         print(json_text(report))

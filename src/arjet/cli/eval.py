@@ -29,13 +29,13 @@ from .options import (
     add_model_arguments,
     add_sampling_arguments,
     add_size_arguments,
-    apply_threads,
     check_model_arguments,
     compile_argument,
     note,
     parse_specs,
     sampling_options,
 )
+from .threads import apply_threads
 
 DEFAULT_SAMPLERS = "ar,sjd,zipar"
 DEFAULT_N = 200  # prompts when --n is not given (or all of a smaller set): FID means little far below

@@ -60,12 +60,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from .. import samplers
     from ..reports.grid import image_grid
 
     # 1. every check that needs no model, so a typo fails before a slow load
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: describe an image, e.g. 'a red circle left of a blue square'")
+    checks.text("the prompt", args.prompt)
     if len(args.prompt) > DEFAULT_LIMITS.max_prompt_chars:
         raise ValueError(
             f"the prompt has {len(args.prompt)} characters, more than {DEFAULT_LIMITS.max_prompt_chars}"
@@ -89,15 +92,16 @@ def run(args: argparse.Namespace) -> int:
         compile=compile,
         **sampling.kwargs(),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
     (out.images[0] if len(out.images) == 1 else image_grid(out.images)).save(path)
 
-    # 3. what each image cost
+    # 3. what each image cost (and on how many CPU threads, which the command chose unless told)
+    threads = torch.get_num_threads() if pipe._execution_device.type == "cpu" else None
     if args.json:
         stats = [{k: v for k, v in s.to_dict().items() if k != "commit_step"} for s in out.stats]
-        print(json_text({"prompt": args.prompt, "out": str(path), "stats": stats}))
+        print(json_text({"prompt": args.prompt, "out": str(path), "threads": threads, "stats": stats}))
         return 0
-    lines = [_cost(stat) for stat in out.stats]
+    where = "" if threads is None else f" on {threads} CPU thread{'s' if threads > 1 else ''}"
+    lines = [_cost(stat) + where for stat in out.stats]
     if len(lines) == 1:
         print(f"saved {path}: {lines[0]}")
         return 0

@@ -20,6 +20,7 @@ from typing import Any
 from .. import checks
 from ..pipelines.loading import DTYPES
 from . import types
+from .threads import apply_threads
 
 MAX_SIDE = 16_384  # pixels; far above any supported model's size (each family checks its own sizes)
 SEED_HELP = "seed of the first image; image i uses seed + i (default 0)"
@@ -82,8 +83,8 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
         type=types.int_type(1, 1024),
         default=None,
         metavar="N",
-        help="CPU threads torch may use (default: torch's choice, one per core; on a shared machine fewer "
-        "is often faster)",
+        help="CPU threads torch may use (default: one per core that other processes leave free, measured "
+        "while the command starts)",
     )
 
 
@@ -235,13 +236,6 @@ def sampling_options(args: argparse.Namespace):
     from ..samplers import SamplingOptions
 
     return SamplingOptions(args.guidance_scale, args.temperature, args.top_k, args.top_p)
-
-
-def apply_threads(args: argparse.Namespace) -> None:
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
 
 
 def load_pipeline(args: argparse.Namespace):

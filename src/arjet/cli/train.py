@@ -8,11 +8,13 @@ argument --batch-size: ...` before anything is built.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import MISSING, Field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..train.configs import STAGES
 from . import types
 from .options import add_command
@@ -74,6 +76,8 @@ def option_type(item: Field, default: Any):
         return types.device_type()
     if isinstance(default, bool):
         return types.bool_type()
+    if item.metadata.get("integers"):
+        return types.integers_type()
     bounds = item.metadata
     if isinstance(default, int):
         return types.int_type(bounds["minimum"], bounds["maximum"])
@@ -85,14 +89,39 @@ def option_type(item: Field, default: Any):
 
 
 def run(stage: str, args: argparse.Namespace) -> int:
-    """Build the stage's config from the command line, train, and say where the result was saved."""
+    """Build the stage's config from the command line, check where it writes, train, and say where the
+    result was saved. A run refused after it made its folders (a bad input folder, weights that do not fit)
+    removes those it made while they are still empty."""
     config_class = STAGES[stage]
     config = config_class(
         **{item.name: getattr(args, item.name) for item in fields(config_class) if hasattr(args, item.name)}
     )
-    saved = _trainer(stage)(config)
+    made = check_outputs(config)
+    try:
+        saved = _trainer(stage)(config)
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote something worth keeping
+                folder.rmdir()
+        raise
     print(f"arjet train: saved {SUMMARIES[stage][1]} to {Path(saved).resolve()}")
     return 0
+
+
+def check_outputs(config: Any) -> list[Path]:
+    """Check every folder and file the stage writes (its fields marked `output`) before any work; returns the
+    folders a run would make, the deepest first."""
+    made: set[Path] = set()
+    for item in fields(config):
+        kind, value = item.metadata.get("output"), getattr(config, item.name)
+        option = "--" + item.name.replace("_", "-")
+        if kind == "folder":
+            checks.output_dir(option, value)
+            made.update(checks.missing_folders(value))
+        elif kind == "file":
+            checks.output_file(option, value, new_folders=True)
+            made.update(checks.missing_folders(Path(value).expanduser().parent))
+    return sorted(made, key=lambda folder: len(folder.parts), reverse=True)
 
 
 def _trainer(stage: str):

@@ -41,6 +41,18 @@ def int_type(minimum: int | None = None, maximum: int | None = None) -> Callable
     return _typed(convert, "integer")
 
 
+def integers_type(minimum: int = 1) -> Callable[[str], str]:
+    """Integers separated by commas, each >= `minimum`, kept as the text (`--channel-multiplier 1,2,3`)."""
+
+    def convert(text: str) -> str:
+        values = checks.integers_from_text(text)
+        if not values or min(values) < minimum:
+            raise ValueError(f"must be integers >= {minimum} separated by commas, like '1,2,3'; got {text!r}")
+        return text
+
+    return _typed(convert, "integers")
+
+
 def float_type(
     minimum: float | None = None, maximum: float | None = None, *, exclusive_minimum: bool = False
 ) -> Callable[[str], float]:

@@ -4,7 +4,8 @@ Step compression (AR forward passes / sampler forward passes) is hardware-free; 
 measured in the same run, so both columns compare like with like. Each sampler runs once untimed first
 (warm-up), then the images are generated one call at a time (`batch_size` prompts per call), samplers
 interleaved per call so that drift in machine load hits every sampler alike; `images / s` is the
-throughput (images over the seconds of the calls that made them). Milliseconds per forward pass are set against the bandwidth
+throughput (images over the seconds of the calls that made them); the result warns when its seconds are not
+trustworthy (calls of one sampler far apart, other processes busy on the cores). Milliseconds per forward pass are set against the bandwidth
 floor of one forward (`arjet.eval.floor`): the bytes it must read over the device's measured copy bandwidth.
 The per-sampler figures are `arjet.eval.speed`'s, the same as `arjet eval` reports.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .. import checks
+from .. import checks, machine
 from .. import samplers as sampler_registry
 from ..reports.tables import markdown_table, number, ratio, significant
 from ..samplers.capture import CAPTURE_KEYS
@@ -33,7 +34,7 @@ from .floor import (
     kv_bytes_per_token,
     measure_copy_bandwidth,
 )
-from .speed import SamplerSummary, environment, summarise
+from .speed import SamplerSummary, environment, summarise, timing_warnings
 
 HEADER = (
     "sampler",
@@ -55,12 +56,14 @@ class BenchResult:
     summaries: list[SamplerSummary]
     records: list[dict[str, Any]]
     environment: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # why the seconds may not be trustworthy
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "environment": self.environment,
             "samplers": [asdict(s) for s in self.summaries],
             "images": self.records,
+            "warnings": self.warnings,
         }
 
     def table(self) -> str:
@@ -127,6 +130,7 @@ def run_bench(
     records: list[dict[str, Any]] = []
     peaks: dict[str, float | None] = {spec: None for spec in specs}
     iterator = list(enumerate(calls))
+    load_reading, began = machine.cpu_seconds(), time.perf_counter()
     if progress:
         from tqdm.auto import tqdm
 
@@ -171,10 +175,11 @@ def run_bench(
                     }
                 )
     info = environment(pipe, call_kwargs)
+    info["others_busy_cores"] = machine.others_busy(load_reading, time.perf_counter() - began)
     info["arch"] = arch
     info["batch_size"] = batch_size
     info.update(floor_environment(floors))
-    return BenchResult(summarise(specs, records, peaks), records, info)
+    return BenchResult(summarise(specs, records, peaks), records, info, timing_warnings(records, info))
 
 
 def forward_floors(

@@ -128,31 +128,64 @@ def _named_file(prompt_set: PromptSet, data_dir: str | os.PathLike | None, optio
 
 
 _COLUMNS = ("Prompt", "prompt", "caption", "Caption", "text")
+SUFFIXES = (".txt", ".tsv", ".csv", ".jsonl")
 
 
 def read_prompt_file(path: Path) -> list[str]:
-    """Prompts from a .txt, .tsv, .csv or .jsonl file (see the module docstring for the layouts)."""
+    """Prompts from a .txt, .tsv, .csv or .jsonl file (see the module docstring for the layouts). Anything
+    that is not a prompt (bytes that are not UTF-8, a line that is not a JSON object, a record without a
+    prompt field or with one that is not text) is a ValueError naming the file and the line."""
     suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"unsupported prompt file {path}: use {', '.join(SUFFIXES)}")
+    lines = _text_lines(path)
     if suffix == ".jsonl":
-        return [
-            _field(json.loads(line), path)
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
+        return [_json_prompt(line, path, number) for number, line in enumerate(lines, 1) if line.strip()]
     if suffix in (".tsv", ".csv"):
-        text = path.read_text(encoding="utf-8-sig")
-        header = text.split("\n", 1)[0]
+        header = lines[0] if lines else ""
         # LlamaGen's coco_captions.csv is one unquoted caption per line under a `Prompt` header
         delimiter = "\t" if suffix == ".tsv" or "\t" in header or header.strip() in _COLUMNS else ","
-        rows = csv.DictReader(text.splitlines(), delimiter=delimiter)
-        return [_field(row, path).strip() for row in rows]
-    if suffix == ".txt":
-        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    raise ValueError(f"unsupported prompt file {path}: use .txt, .tsv, .csv or .jsonl")
+        rows = csv.DictReader(lines, delimiter=delimiter)
+        try:
+            return [_field(row, path, rows.line_num).strip() for row in rows]
+        except csv.Error as error:
+            raise ValueError(f"{path} line {rows.line_num}: not {suffix[1:]} ({error})") from None
+    return [_prompt(line.strip(), path, n) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def _field(record: dict, path: Path) -> str:
+def _text_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path} line {line}: the byte 0x{data[error.start]:02x} is not UTF-8 text; save the file as UTF-8"
+        ) from None
+    return text.splitlines()
+
+
+def _json_prompt(line: str, path: Path, number: int) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path} line {number}: not a JSON object ({error.msg} at column {error.colno})"
+        ) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} line {number}: not a JSON object, got {line.strip()[:80]}")
+    return _field(record, path, number)
+
+
+def _field(record: dict, path: Path, number: int) -> str:
     for column in _COLUMNS:
         if record.get(column):
-            return str(record[column])
-    raise ValueError(f"{path}: a record has none of the fields {_COLUMNS}: {str(record)[:120]}")
+            value = record[column]
+            if not isinstance(value, str):
+                raise ValueError(f"{path} line {number}: the field {column!r} is {value!r}, not text")
+            return _prompt(value, path, number)
+    raise ValueError(f"{path} line {number}: a record has none of the fields {_COLUMNS}: {str(record)[:120]}")
+
+
+def _prompt(text: str, path: Path, number: int) -> str:
+    return checks.text(f"{path} line {number}", text)

@@ -19,6 +19,14 @@ from typing import Any
 
 import torch
 
+from .. import machine
+
+# a sampler's slowest call over its fastest, in time per forward, beyond which its seconds are noise
+SPREAD_LIMIT = 1.5
+# cores that other processes may keep busy beyond what is left for the run's threads before its seconds are
+# not trustworthy (a little noise of the system's own is always there)
+LOAD_SLACK = 0.25
+
 
 @dataclass
 class SamplerSummary:
@@ -95,6 +103,7 @@ def environment(pipe, call_kwargs: dict[str, Any]) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": machine.usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "call": {k: v for k, v in call_kwargs.items() if v is not None},
     }
@@ -108,3 +117,31 @@ def speed_summaries(samplers: Sequence[str], records: Sequence[dict[str, Any]]) 
     and the ratios against `ar` (None without it); no memory figures."""
     present = [spec for spec in samplers if any(r["sampler"] == spec for r in records)]
     return summarise(present, list(records), {spec: None for spec in present})
+
+
+def timing_warnings(records: Sequence[dict[str, Any]], environment: dict[str, Any]) -> list[str]:
+    """Why the seconds of a run may not be trustworthy: a sampler whose time per forward differs between
+    its calls by more than `SPREAD_LIMIT`, and other processes keeping busy the cores the run's threads
+    needed (`others_busy_cores` in `environment`, measured during the run). Empty when neither happened."""
+    found = []
+    for sampler in dict.fromkeys(r["sampler"] for r in records):
+        per_forward = [s / p * 1e3 for s, p in _calls([r for r in records if r["sampler"] == sampler]) if p]
+        if (
+            len(per_forward) > 1
+            and min(per_forward) > 0
+            and max(per_forward) / min(per_forward) > SPREAD_LIMIT
+        ):
+            found.append(
+                f"{sampler}: a forward took from {min(per_forward):.3g} to {max(per_forward):.3g} ms between its "
+                f"calls ({max(per_forward) / min(per_forward):.1f}x apart), so its seconds are not trustworthy"
+            )
+    busy, threads = environment.get("others_busy_cores"), environment.get("torch_threads")
+    cores = environment.get("usable_cores")
+    measured = environment.get("device") == "cpu" and None not in (busy, threads, cores)
+    if measured and busy + threads > cores + LOAD_SLACK:
+        found.append(
+            f"other processes kept {busy:.1f} of the {cores} cores busy while this ran on {threads} "
+            "thread(s): the seconds and latency speedups measure the machine's load as much as the "
+            "samplers; rerun when the machine is quiet"
+        )
+    return found

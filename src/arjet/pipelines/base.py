@@ -40,7 +40,7 @@ from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
 from .callbacks import StepHook
-from .components import load_component, weight_classes
+from .components import load_component, quiet_loading, weight_classes
 from .inputs import (
     OUTPUT_TYPES,
     CheckedInputs,
@@ -105,6 +105,11 @@ class BaseARPipeline(DiffusionPipeline):
         missing from the folder or not in the model are a ValueError naming the component and some keys.
         `strict=False` loads what matches and leaves the rest at its random initialisation."""
         checks.boolean("strict", strict)
+        with quiet_loading():
+            return cls._load(pretrained_model_name_or_path, strict, kwargs)
+
+    @classmethod
+    def _load(cls, pretrained_model_name_or_path: str, strict: bool, kwargs: dict[str, Any]):
         hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}

@@ -9,12 +9,18 @@ caller passes `strict=False`.
 
 from __future__ import annotations
 
+import json
 import logging
+import pickle
+import re
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from ..machine import check_fits_in_memory
+from .loading import is_packaged
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 # the loggers that print the loaders' own reports, silenced while arjet reports the mismatch itself
@@ -33,13 +39,87 @@ def load_component(
     """`model_class.from_pretrained(folder, **kwargs)` for the pipeline component `component`; ValueError
     when the folder's weights and the model's differ, unless `strict=False` (then what matches loads and
     the rest keeps its random initialisation, with the loader's own report printed). Weights under the
-    prefixes `unread` (parts of the model the pipeline never runs) may be missing."""
-    if not strict:
-        return model_class.from_pretrained(folder, **kwargs)
-    with _quiet(REPORT_LOGGERS):
-        model, report = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    prefixes `unread` (parts of the model the pipeline never runs) may be missing.
+
+    Before any weight is read, the model the folder's config describes is built on the meta device and
+    refused when it could not fit in memory; a weights file holding pickled objects other than tensors
+    (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder."""
+    if not is_packaged(folder):  # the package's own models are known to be small
+        check_fits_in_memory(
+            f"the config of component {component!r} ({model_class.__name__}) in {folder}",
+            lambda: _build_from_config(model_class, folder),
+            _load_dtype(folder, kwargs.get("dtype")),
+        )
+    with _readable_weights(component, folder):
+        if not strict:
+            return model_class.from_pretrained(folder, **kwargs)
+        with _quiet(REPORT_LOGGERS):
+            model, report = model_class.from_pretrained(
+                folder, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            )
     check_load_report(component, model_class, folder, report, unread)
     return model
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bars from transformers' and diffusers' loaders meanwhile: they drew one bar per component
+    and per weights file, nested, for loads that take a fraction of a second. Each library's own setting is
+    restored afterwards."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    shown = [lib for lib in (transformers_logging, diffusers_logging) if lib.is_progress_bar_enabled()]
+    for library in shown:
+        library.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for library in shown:
+            library.enable_progress_bar()
+
+
+def _build_from_config(model_class: Any, folder: str | Path) -> Any:
+    """The model `folder`'s config describes, built in the current device context (the meta device: sizes
+    only). transformers and diffusers classes read their configs differently."""
+    config_class = getattr(model_class, "config_class", None)
+    if config_class is not None and hasattr(model_class, "_from_config"):
+        return model_class._from_config(config_class.from_pretrained(folder))
+    return model_class.from_config(model_class.load_config(folder))
+
+
+def _load_dtype(folder: str | Path, dtype: Any) -> Any:
+    """The dtype the floating weights load in: the one asked for, else the checkpoint's (its config's
+    `dtype` / `torch_dtype`), else float32."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        saved = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict):
+        named = getattr(torch, str(saved.get("dtype") or saved.get("torch_dtype")), None)
+        if isinstance(named, torch.dtype):
+            return named
+    return torch.float32
+
+
+@contextmanager
+def _readable_weights(component: str, folder: str | Path) -> Iterator[None]:
+    """A weights file torch will not unpickle (objects other than tensors) as one ValueError naming it, not
+    torch's message (which suggests `weights_only=False`, i.e. running the file's code)."""
+    try:
+        yield
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        what = f" ({found.group(1)})" if found else ""
+        raise ValueError(
+            f"the weights of component {component!r} in {folder} hold pickled Python objects other than "
+            f"tensors{what}, which arjet does not unpickle (that could run code from the file); save the "
+            "weights as .safetensors, or as a torch file of tensors only"
+        ) from None
 
 
 def check_load_report(

@@ -122,6 +122,7 @@ def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False
     for item in items:
         if not isinstance(item, str):
             raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")
+        checks.text(name, item)
         if not allow_empty and not item.strip():
             raise ValueError(f"{name} must not be empty or whitespace, got {item!r}")
         if len(item) > max_chars:

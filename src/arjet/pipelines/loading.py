@@ -40,6 +40,11 @@ def is_builtin(folder: str | os.PathLike) -> bool:
     return Path(folder).resolve().parent == assets_dir().resolve()
 
 
+def is_packaged(path: str | os.PathLike) -> bool:
+    """Whether `path` lies inside the package's own models (a built-in pipeline or one of its components)."""
+    return Path(path).resolve().is_relative_to(assets_dir().resolve())
+
+
 def resolve_checkpoint(
     name_or_path: str | os.PathLike, *, local_files_only: bool = True, **hub_kwargs: Any
 ) -> Path:

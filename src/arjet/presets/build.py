@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from .. import checks
+from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.text_tokenizer import build_word_tokenizer
-from .meta import available_bytes, materialize_random_, parameters_on_meta, required_bytes
+from .meta import materialize_random_, parameters_on_meta, required_bytes
 from .table import DecoderDims, Preset, get_preset
 
 

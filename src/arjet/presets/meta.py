@@ -75,17 +75,3 @@ def required_bytes(module: nn.Module, dtype: torch.dtype) -> int:
     size = torch.empty((), dtype=dtype).element_size()
     unique = {id(p): p for p in module.parameters()}.values()
     return sum(p.numel() * (size if p.is_floating_point() else p.element_size()) for p in unique)
-
-
-def available_bytes(device: torch.device) -> int | None:
-    """Free memory on `device` (CUDA: free device memory; CPU: Linux's MemAvailable), None when unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type == "cpu":
-        try:
-            with open("/proc/meminfo") as handle:
-                fields = dict(line.split(":", 1) for line in handle)
-            return int(fields["MemAvailable"].split()[0]) * 1024
-        except (OSError, KeyError, ValueError):
-            return None
-    return None

@@ -68,7 +68,7 @@ class SJDPAC(Sampler):
     3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
     paper's ablation); `init`: how new draft slots are guessed, as in `sjd`."""
 
-    window: int = option(64, "inputs per forward, tree nodes included", minimum=1, maximum=MAX_SIZE)
+    window: int = option(64, "inputs per forward, tree nodes included", minimum=2, maximum=MAX_SIZE)
     tree_width: int = option(
         3, "candidates per tree depth (the main draft and its siblings)", minimum=1, maximum=64
     )

@@ -18,11 +18,12 @@ import numpy as np
 import torch
 from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 
+from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.components import load_component
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
 from .configs import ARTrainConfig
-from .scaffold import TrainingRun, require_folder
+from .scaffold import TRAINING_COPIES, TrainingRun, require_folder
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
@@ -30,10 +31,19 @@ from .sequence import code_loss, teacher_forced_logits
 def build_model(
     config: ARTrainConfig, vq: JanusVQVAE, vocab_size: int, pad_id: int
 ) -> JanusForConditionalGeneration:
+    model = JanusForConditionalGeneration(janus_config(config, vq, vocab_size, pad_id))
+    model.model.vqmodel.load_state_dict(vq.state_dict())
+    for parameter in model.model.vqmodel.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+def janus_config(config: ARTrainConfig, vq: JanusVQVAE, vocab_size: int, pad_id: int) -> JanusConfig:
+    """The model's config: the decoder of `config`'s sizes around the trained VQ `vq`."""
     vq_config = vq.config.to_dict()
     vq_config.update(projection_dim=config.hidden_size, image_token_embed_dim=config.hidden_size)
     side = vq.config.num_patches
-    janus_config = JanusConfig(
+    return JanusConfig(
         text_config=dict(
             model_type="llama",
             vocab_size=vocab_size,
@@ -60,11 +70,6 @@ def build_model(
         vq_config=vq_config,
         image_token_id=0,
     )
-    model = JanusForConditionalGeneration(janus_config)
-    model.model.vqmodel.load_state_dict(vq.state_dict())
-    for parameter in model.model.vqmodel.parameters():
-        parameter.requires_grad_(False)
-    return model
 
 
 def domain_words(samples: int = 20_000, seed: int = 0) -> list[str]:
@@ -94,7 +99,11 @@ def encode_split(
     tokenizer = JanusVQTokenizer(vq)
     dataset = ShapesDataset(split, size=tokenizer.grid[0] * tokenizer.downsample, length=count)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        worker_init_fn=end_with_parent,
+        collate_fn=_collate,
     )
     codes, scenes = [], []
     for images, batch_scenes in tqdm(loader, desc=f"encoding {split}", unit="batch"):
@@ -168,6 +177,13 @@ def train_ar(config: ARTrainConfig) -> Path:
     else:
         vq = load_component(JanusVQVAE, config.vq, "vq").eval()
         tokenizer = build_janus_tokenizer(config.words or domain_words(seed=config.seed))
+        sizes = janus_config(config, vq, len(tokenizer), tokenizer.pad_token_id)
+        check_fits_in_memory(
+            "the AR model of these options",
+            lambda: JanusForConditionalGeneration(sizes),
+            copies=TRAINING_COPIES,
+            device=config.device,
+        )
         model = build_model(config, vq, len(tokenizer), tokenizer.pad_token_id).to(config.device)
         pipe = JanusPipeline(model=model, tokenizer=tokenizer)
     for parameter in model.model.vqmodel.parameters():
@@ -223,6 +239,7 @@ def train_ar(config: ARTrainConfig) -> Path:
                 "heldout_loss": evaluate(pipe, heldout, config),
             }
             run.log(record)
+            run.check_finite(model)
             save(pipe, out, config, record)
     record = {
         "step": run.step,
@@ -232,6 +249,7 @@ def train_ar(config: ARTrainConfig) -> Path:
         "final": True,
     }
     run.log(record)
+    run.check_finite(model)
     save(pipe, out, config, record)
     return out / "pipeline"
 

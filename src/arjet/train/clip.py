@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from tokenizers.processors import TemplateProcessing
 
+from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.text_tokenizer import build_word_tokenizer
-from .configs import ClipTrainConfig, vision_layers
-from .scaffold import TrainingRun, require_folder
+from .configs import ClipTrainConfig, integer_list
+from .scaffold import TRAINING_COPIES, TrainingRun, require_folder
 
 PAD, EOS = "<pad>", "</s>"
 
@@ -38,7 +39,7 @@ def clip_tokenizer(words: list[str]):
 
 
 def model_config(config: ClipTrainConfig, vocab_size: int, pad_id: int, eos_id: int) -> dict:
-    layers = vision_layers(config.vision_layers)
+    layers = integer_list("vision_layers", config.vision_layers)
     if config.vision == "resnet":
         vision = {
             "image_size": config.image_size,
@@ -136,7 +137,11 @@ def _render_set(config: ClipTrainConfig) -> tuple[torch.Tensor, list]:
 
     dataset = ShapesDataset("train", config.image_size, length=config.images)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=512, num_workers=config.workers, collate_fn=lambda items: items
+        dataset,
+        batch_size=512,
+        num_workers=config.workers,
+        worker_init_fn=end_with_parent,
+        collate_fn=lambda items: items,
     )
     images, scenes = [], []
     for items in loader:
@@ -159,6 +164,7 @@ def train_clip(config: ClipTrainConfig) -> Path:
     run = TrainingRun(config, "clip", log=config.log)
     tokenizer = clip_tokenizer(domain_words(seed=config.seed))
     cfg = model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    check_fits_in_memory("the CLIP of these options", lambda: open_clip.CLIP(**cfg), copies=TRAINING_COPIES)
     model = open_clip.CLIP(**cfg)
     if config.init:
         from ..weights import load_tensors
@@ -216,6 +222,7 @@ def train_clip(config: ClipTrainConfig) -> Path:
     if config.eval_every <= 0 or run.step % config.eval_every:
         evaluate(run.step)
     model.eval()
+    run.check_finite(model)
     # bfloat16 on disk keeps the package small; open_clip loads it into float32 parameters
     save_open_clip_folder(model.to(torch.bfloat16), cfg, run.out, preprocess_cfg=preprocess)
     tokenizer.save_pretrained(run.out)

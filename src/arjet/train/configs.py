@@ -42,6 +42,22 @@ def share(default: float, help: str) -> Any:
     return option(default, help, 0.0, 1.0)
 
 
+def rate(default: float, help: str, *, zero: bool = False) -> Any:
+    """A learning rate: above zero (or zero too, with `zero`) and at most 1, beyond which Adam's steps only
+    diverge (a rate of 1e308 trained a model of NaNs)."""
+    return option(default, help, 0.0, 1.0, exclusive_minimum=not zero)
+
+
+def integers(default: str, help: str) -> Any:
+    """Positive integers separated by commas, kept as written (`"1,2,3"`)."""
+    return field(default=default, metadata={"help": help, "integers": True})
+
+
+def output(default: str, help: str, kind: str = "folder") -> Any:
+    """Where the stage writes (`kind`: a folder it makes, or a file): checked before any work."""
+    return field(default=default, metadata={"help": help, "output": kind})
+
+
 def seed() -> Any:
     return option(0, "random seed of the weights, the data order and the noise")
 
@@ -55,7 +71,7 @@ def max_minutes(default: float) -> Any:
 
 
 def max_steps(default: int) -> Any:
-    return option(default, "optimizer steps at most; training stops at this or --max-minutes")
+    return positive(default, "optimizer steps at most; training stops at this or --max-minutes")
 
 
 def device() -> Any:
@@ -66,17 +82,17 @@ def device() -> Any:
 class VQTrainConfig:
     """`arjet train vq`: the built-in model's image tokenizer, a small transformers `JanusVQVAE`."""
 
-    out: str = option("artifacts/vq", "output folder: weights, train_log.jsonl, metrics.json")
+    out: str = output("artifacts/vq", "output folder: weights, train_log.jsonl, metrics.json")
     seed: int = seed()
     image_size: int = positive(64, "side of the training renders in pixels")
     base_channels: int = positive(32, "channels of the first encoder level")
-    channel_multiplier: str = option("1,2,3", "channel multiplier per level, comma separated")
+    channel_multiplier: str = integers("1,2,3", "channel multiplier per level, comma separated")
     num_res_blocks: int = positive(2, "residual blocks per level")
     latent_channels: int = positive(32, "channels of the latent before quantization")
     embed_dim: int = positive(8, "width of each code vector")
     codebook_size: int = positive(512, "number of codes")
     batch_size: int = positive(64, "images per step")
-    lr: float = positive(3e-4, "Adam learning rate")
+    lr: float = rate(3e-4, "Adam learning rate")
     max_steps: int = max_steps(100_000)
     max_minutes: float = max_minutes(45.0)
     commitment: float = option(0.25, "weight of the commitment loss")
@@ -88,13 +104,16 @@ class VQTrainConfig:
     log_every: int = positive(100, "steps between log lines")
     eval_images: int = positive(1000, "held-out images for the final PSNR and codebook usage")
 
+    def __post_init__(self):
+        integer_list("channel_multiplier", self.channel_multiplier)
+
 
 @dataclass
 class ARTrainConfig:
     """`arjet train ar`: the built-in text-to-image model, a small `JanusForConditionalGeneration`."""
 
     vq: str = option("artifacts/vq", "folder of the trained VQ tokenizer (`arjet train vq`)")
-    out: str = option("artifacts/ar", "output folder: pipeline/, train_log.jsonl, metrics.json, cache/")
+    out: str = output("artifacts/ar", "output folder: pipeline/, train_log.jsonl, metrics.json, cache/")
     init: str = option(
         "", "continue from this saved pipeline (its tokenizer and weights) instead of a new model"
     )
@@ -107,8 +126,8 @@ class ARTrainConfig:
     kv_heads: int = positive(4, "key / value heads")
     intermediate_size: int = positive(688, "MLP width")
     batch_size: int = positive(64, "sequences per step")
-    lr: float = positive(1.5e-3, "peak AdamW learning rate")
-    min_lr: float = option(1e-4, "learning rate at the end of the cosine decay")
+    lr: float = rate(1.5e-3, "peak AdamW learning rate")
+    min_lr: float = rate(1e-4, "learning rate at the end of the cosine decay", zero=True)
     weight_decay: float = option(0.05, "AdamW weight decay of the matrices")
     warmup_steps: int = option(300, "steps of linear warm-up")
     max_steps: int = max_steps(100_000)
@@ -127,7 +146,7 @@ class ClipTrainConfig:
     """`arjet train clip`: the domain CLIP, a small open_clip model trained contrastively on the shapes
     domain (offline CLIP score, FID features and the colour / shape judge)."""
 
-    out: str = option(
+    out: str = output(
         "artifacts/clip",
         "output CLIP folder (never the installed package: copy a CLIP to ship there yourself)",
     )
@@ -137,7 +156,7 @@ class ClipTrainConfig:
     embed_dim: int = positive(128, "width of the joint embedding")
     vision: str = option("resnet", "image tower: resnet (open_clip's ModifiedResNet) or vit")
     vision_width: int = positive(16, "image tower width")
-    vision_layers: str = option(
+    vision_layers: str = integers(
         "1,1,1,1", "blocks per ResNet stage, comma separated; one number (depth) for a ViT"
     )
     patch_size: int = positive(8, "ViT patch size in pixels")
@@ -151,7 +170,7 @@ class ClipTrainConfig:
     color_negatives: int = option(
         2, "per image: its caption with one object's colour swapped, this many times"
     )
-    lr: float = positive(1e-3, "peak AdamW learning rate")
+    lr: float = rate(1e-3, "peak AdamW learning rate")
     max_steps: int = max_steps(20_000)
     max_minutes: float = max_minutes(25.0)
     workers: int = option(2, "render worker processes")
@@ -161,27 +180,25 @@ class ClipTrainConfig:
         1000, "steps between zero-shot colour / shape accuracy checks (0: at the end only)"
     )
     eval_scenes: int = option(300, "held-out scenes of each accuracy check (0: none)")
-    log: str = option("artifacts/clip/train_log.jsonl", "the training log (JSON lines)")
+    log: str = output("artifacts/clip/train_log.jsonl", "the training log (JSON lines)", kind="file")
     init: str = option("", "a CLIP folder to continue from (same config)")
 
     def __post_init__(self):
         if self.vision not in VISION_TOWERS:
             raise ValueError(f"vision={self.vision!r}; choose one of {VISION_TOWERS}")
-        layers = vision_layers(self.vision_layers)
+        layers = integer_list("vision_layers", self.vision_layers)
         if self.vision == "vit" and len(layers) != 1:
             raise ValueError(f"a ViT takes one number of layers, got vision_layers={self.vision_layers!r}")
         if self.shape_negatives < 0 or self.color_negatives < 0:
             raise ValueError("shape_negatives and color_negatives must be >= 0")
 
 
-def vision_layers(text: str) -> list[int]:
-    try:
-        layers = [int(part) for part in str(text).split(",")]
-    except ValueError:
-        layers = []
-    if not layers or min(layers) < 1:
-        raise ValueError(f"vision_layers={text!r}: expected positive integers separated by commas")
-    return layers
+def integer_list(name: str, text: str) -> list[int]:
+    """The positive integers of a comma-separated option (`"1,2,3"`); ValueError naming `name` otherwise."""
+    values = checks.integers_from_text(str(text))
+    if not values or min(values) < 1:
+        raise ValueError(f"{name} must be positive integers separated by commas, like '1,2,3'; got {text!r}")
+    return values
 
 
 @dataclass
@@ -189,13 +206,13 @@ class SJD2TrainConfig:
     """`arjet train sjd2`: fine-tune an AR checkpoint for next-clean-token prediction from noisy inputs."""
 
     base: str = option("artifacts/ar/pipeline", "the checkpoint to fine-tune (any supported family)")
-    out: str = option(
+    out: str = output(
         "artifacts/sjd2", "output folder: pipeline/ (base + noise_conditioning), train_log.jsonl"
     )
     data: str = option(
         "shapes", "'shapes' (the built-in domain) or a JSON-lines file of prompt / image records"
     )
-    data_cache: str = option(
+    data_cache: str = output(
         "artifacts/ar/cache", "cache of the encoded shapes data (shared with `train ar`)"
     )
     images: int = positive(120_000, "shapes training images")
@@ -206,9 +223,11 @@ class SJD2TrainConfig:
     clean_share: float = share(0.25, "share of sequences left entirely clean")
     condition_dropout: float = share(0.1, "share of prompts replaced by the unconditional row (for CFG)")
     batch_size: int = positive(64, "sequences per step")
-    lr: float = positive(3e-4, "learning rate of the model")
-    min_lr: float = option(3e-4, "below lr: cosine decay to it (the noise conditioning's rate scales alike)")
-    noise_lr: float = positive(1e-3, "learning rate of the noise conditioning")
+    lr: float = rate(3e-4, "learning rate of the model")
+    min_lr: float = rate(
+        3e-4, "below lr: cosine decay to it (the noise conditioning's rate scales alike)", zero=True
+    )
+    noise_lr: float = rate(1e-3, "learning rate of the noise conditioning")
     warmup_steps: int = option(100, "steps of linear warm-up")
     max_steps: int = max_steps(20_000)
     max_minutes: float = max_minutes(60.0)

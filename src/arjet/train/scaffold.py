@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# what training keeps per parameter, in parameters: the weights, their gradients and Adam's two moments
+TRAINING_COPIES = 4
+
 
 class TrainingRun:
     """One stage's run of `config` (a config of `arjet.train.configs`: `out`, `seed`, `threads`, `max_steps`,
@@ -57,6 +60,19 @@ class TrainingRun:
             self.step += 1
             self.progress.update(1)
         self.progress.close()
+
+    def check_finite(self, *modules: Any) -> None:
+        """Refuse to save weights that are not finite: the run diverged (e.g. a learning rate far too high), and
+        a model of NaNs would only fail later, elsewhere."""
+        import torch
+
+        for module in modules:
+            for name, parameter in module.named_parameters():
+                if not torch.isfinite(parameter).all():
+                    raise ValueError(
+                        f"training diverged: after {self.step} steps the weight {name} holds NaN or infinite "
+                        "values, so nothing was saved; lower --lr (or the other rates) and train again"
+                    )
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to the log (opened per write: a killed run loses nothing written)."""

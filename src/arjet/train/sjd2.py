@@ -118,9 +118,11 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
         raise FileNotFoundError(
             f"--data {config.data!r}: no such file; pass a JSON-lines file of prompt / image records, or 'shapes'"
         )
+    # the base first: a folder refused here has started nothing (Accelerate's state is set once per process)
+    pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32)
     accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
     run = TrainingRun(config, "sjd2", show=accelerator.is_main_process)
-    pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32).to(accelerator.device)
+    pipe = pipe.to(accelerator.device)
     pipe.set_progress_bar_config(disable=True)
     grid = pipe.grid_for(*pipe.default_size())
     noise = _noise_conditioning(pipe, config.levels).to(accelerator.device)
@@ -170,6 +172,7 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
         if accelerator.is_main_process and (step + 1) % config.log_every == 0:
             run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item()})
     accelerator.wait_for_everyone()
+    run.check_finite(model, noise)
     if accelerator.is_main_process:
         if config.lora_rank:
             model = model.merge_and_unload()

@@ -17,13 +17,14 @@ import torch
 import torch.nn.functional as F
 from transformers import JanusVQVAE, JanusVQVAEConfig
 
+from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.components import load_component
-from .configs import VQTrainConfig
-from .scaffold import TrainingRun
+from .configs import VQTrainConfig, integer_list
+from .scaffold import TRAINING_COPIES, TrainingRun
 
 
 def build_vq(config: VQTrainConfig) -> JanusVQVAE:
-    multipliers = [int(m) for m in config.channel_multiplier.split(",")]
+    multipliers = integer_list("channel_multiplier", config.channel_multiplier)
     grid = config.image_size // 2 ** (len(multipliers) - 1)
     return JanusVQVAE(
         JanusVQVAEConfig(
@@ -87,6 +88,7 @@ def _batches(config: VQTrainConfig):
         batch_size=config.batch_size,
         sampler=sampler,
         num_workers=config.workers,
+        worker_init_fn=end_with_parent,
         persistent_workers=config.workers > 0,
         collate_fn=_stack_images,
     )
@@ -94,6 +96,9 @@ def _batches(config: VQTrainConfig):
 
 
 def train_vq(config: VQTrainConfig) -> Path:
+    check_fits_in_memory(
+        "the VQ of these options", lambda: build_vq(config), copies=TRAINING_COPIES, device=config.device
+    )
     run = TrainingRun(config, "vq")
     vq = build_vq(config).to(config.device).train()
     optimizer = torch.optim.Adam(vq.parameters(), lr=config.lr, betas=(0.9, 0.99))
@@ -121,6 +126,7 @@ def train_vq(config: VQTrainConfig) -> Path:
             )
             run.progress.set_postfix(psnr=record["psnr"], loss=record["total"])
             run.log(record)
+    run.check_finite(vq)
     vq.eval().save_pretrained(run.out)
     metrics = evaluate_vq(run.out, count=config.eval_images, device=config.device)
     metrics.update(steps=run.step, minutes=round(run.minutes, 1), config=asdict(config))

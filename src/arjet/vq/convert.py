@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .. import checks
+from ..machine import check_fits_in_memory
 from ..weights import load_tensors
 from .chameleon_vqgan import ChameleonVQGAN
 
@@ -126,15 +127,16 @@ def load_taming_state_dict(model: ChameleonVQGAN, state: Mapping[str, torch.Tens
 def convert_chameleon_vqgan(
     ckpt_path: str | Path, out_dir: str | Path, config_path: str | Path | None = None
 ) -> Path:
-    """Convert Meta's Chameleon `vqgan.ckpt` into a `ChameleonVQGAN.from_pretrained` folder at `out_dir`.
-    `config_path` is the matching `vqgan.yaml`; without it the released tokenizer's defaults are used."""
-    out_dir = checks.output_dir("out", out_dir)
+    """Convert Meta's Chameleon `vqgan.ckpt` into a `ChameleonVQGAN.from_pretrained` folder at `out_dir` (a
+    new or empty folder). `config_path` is the matching `vqgan.yaml`; without it the released tokenizer's
+    defaults are used. The config's sizes are checked against free memory before anything is allocated or
+    the checkpoint is read."""
+    out_dir = checks.output_dir("out", out_dir, empty=True)
     config = read_vqgan_config(config_path) if config_path is not None else {}
+    described = "the default VQGAN config" if config_path is None else f"the VQGAN config {config_path}"
+    check_fits_in_memory(described, lambda: ChameleonVQGAN(**config))
     state = load_vqgan_state_dict(ckpt_path)
-    try:
-        model = ChameleonVQGAN(**config)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{config_path}: the config does not describe a Chameleon VQGAN ({error})") from None
+    model = ChameleonVQGAN(**config)
     load_taming_state_dict(model, state)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir

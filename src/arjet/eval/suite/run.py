@@ -118,6 +118,9 @@ def run_section(section: Section, path: str, device: str = "cuda") -> None:
 
     import torch
 
+    from ...machine import end_with_parent
+
+    end_with_parent()  # a killed suite leaves no section running on the GPU
     result: dict[str, Any] = {"runs": [], "floor": None, "error": None, "environment": {}}
 
     def save() -> None:
