@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from .. import checks
@@ -263,3 +265,69 @@ def _json_lines(value: Any, indent: int, depth: int) -> str:
         items = [f"{inner}{_json_lines(v, indent, depth + 1)}" for v in value]
         return "[\n" + ",\n".join(items) + f"\n{pad}]"
     return json.dumps(value)
+
+
+# -- servers (the demo, the API) -----------------------------------------------------------------------
+def add_server_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    port: int,
+    models: str,
+    lanes: tuple[int, str],
+    max_queue: tuple[int, str],
+    time_limit: tuple[float, str],
+) -> None:
+    """Where a server listens, what it serves and how much it takes on: `--host` (loopback by default),
+    `--port`, `--model` (repeatable), `--lanes`, `--max-queue`, `--time-limit` (defaults with their help)."""
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument(
+        "--port", type=types.int_type(1, 65535), default=port, help=f"TCP port (default {port})"
+    )
+    parser.add_argument("--model", action="append", default=None, metavar="NAME_OR_PATH", help=models)
+    for name, (default, what), kind in (
+        ("--lanes", lanes, types.int_type(1, 1024)),
+        ("--max-queue", max_queue, types.int_type(1, 100_000)),
+        ("--time-limit", time_limit, types.float_type(0.0, exclusive_minimum=True)),
+    ):
+        parser.add_argument(name, type=kind, default=default, help=f"{what} (default {default:g})")
+
+
+def model_choices(values: list[str] | None) -> dict[str, str] | None:
+    """{label: source} for `--model` values; a folder is labelled by its name."""
+    if not values:
+        return None
+    from ..builtin import available_models
+
+    choices = {}
+    for value in values:
+        if value not in available_models() and not Path(value).is_dir():
+            raise FileNotFoundError(
+                f"--model {value!r} is neither a built-in model ({', '.join(available_models())}) nor a local folder"
+            )
+        choices[Path(value).name if Path(value).is_dir() else value] = value
+    return choices
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Refuse, before any model loads, an address a server could not listen on: a host this machine does
+    not resolve, or a port it cannot bind (taken, or reserved for root). Gradio would say "Cannot find
+    empty port" only after trying for seconds; uvicorn would fail after the models loaded."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise ValueError(
+            f"--host {host!r} is not an address or a name this machine resolves ({reason}); use e.g. 127.0.0.1 "
+            "(this machine only) or 0.0.0.0 (every interface)"
+        ) from None
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise ValueError(
+                f"cannot listen on --host {host} --port {port} ({error.strerror or error}); choose another "
+                "--port, or a --host of this machine"
+            ) from None

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import socket
 
-from . import types
-from .app import model_choices
 from .options import (
     add_command,
     add_compile_argument,
     add_device_argument,
+    add_server_arguments,
     add_threads_argument,
-    apply_threads,
+    check_listen_address,
     compile_argument,
+    model_choices,
 )
+from .threads import apply_threads
 
 DESCRIPTION = """Serve the OpenAI images API: POST /v1/images/generations, GET /v1/models, GET /health.
 
@@ -34,55 +34,29 @@ behind any HTTP load balancer."""
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = add_command(subparsers, "serve", "serve the OpenAI images API", DESCRIPTION)
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
-    )
-    parser.add_argument("--port", type=types.int_type(1, 65535), default=8000, help="TCP port (default 8000)")
-    parser.add_argument(
-        "--model",
-        action="append",
-        default=None,
-        metavar="NAME_OR_PATH",
-        help="built-in name or local checkpoint folder to serve (its name is the API's `model`); repeat for "
+    add_server_arguments(
+        parser,
+        port=8000,
+        models="built-in name or local checkpoint folder to serve (its name is the API's `model`); repeat for "
         "several (default: the built-in shapes model)",
+        lanes=(8, "images each model's engine decodes at once"),
+        max_queue=(64, "images that may wait for a lane; beyond it requests get 429"),
+        time_limit=(
+            120.0,
+            "seconds a request may take from its arrival; then it gets 504 and frees its lanes",
+        ),
     )
     add_device_argument(parser)
     add_threads_argument(parser)
     add_compile_argument(parser)
-    parser.add_argument(
-        "--lanes",
-        type=types.int_type(1, 1024),
-        default=8,
-        help="images each engine decodes at once (default 8)",
-    )
-    parser.add_argument(
-        "--max-queue",
-        type=types.int_type(1, 100_000),
-        default=64,
-        help="images that may wait for a lane; beyond it requests get 429 (default 64)",
-    )
-    parser.add_argument(
-        "--time-limit",
-        type=types.float_type(0.0, exclusive_minimum=True),
-        default=120.0,
-        help="seconds a request may take from its arrival; then it gets 504 and frees its lanes (default 120)",
-    )
     parser.add_argument(
         "--api-key", default=None, help="require `Authorization: Bearer KEY` on every route but /health"
     )
     parser.set_defaults(func=run)
 
 
-def check_host(host: str, port: int) -> None:
-    """Refuse a host this machine cannot bind before any model loads."""
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        raise ValueError(f"--host {host!r} is not an address or name this machine can resolve") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    check_host(args.host, args.port)
+    check_listen_address(args.host, args.port)  # before the models load
     choices = model_choices(args.model) or {"shapes": "shapes"}
     compile = compile_argument(args)
     if args.api_key is not None and not args.api_key.strip():
