@@ -10,7 +10,7 @@ Query semantics (`logits(cells, codes)`): query `j` of image `b` predicts cell `
 input attends to every filled slot before it and to the inputs of the same call that sit at or before
 it and are shared with it: inputs of group 0 (the default) are shared with every query, inputs of a
 group `g > 0` only with queries of group `g` (this keeps unverified drafts of different rows apart).
-Positions are the true ones. Cell 0 is predicted by the prefill (`first_logits`) and needs no input. An
+Positions are the true ones (one per token, or the layout's grid positions: see `ImageLayout`). Cell 0 is predicted by the prefill (`first_logits`) and needs no input. An
 *ephemeral* query is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
 
 Tree inputs (SJD-PAC's sibling drafts): several inputs may stand at one position when all but one go to
@@ -114,6 +114,8 @@ class DecodingSession:
         self.count = 0
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
         self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
+        self._start = prefix.start_positions()  # [rows] where each row's image body starts
+        self._grid_offsets = layout.grid_offsets(self.device) if layout.grid_positions else None
         self._last: _Inputs | None = None
         self._queried = False
         self._allocate(branches=0)
@@ -193,7 +195,7 @@ class DecodingSession:
         inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n), branch)
         rows = self._both_halves
         embeds = rows(self._embed_inputs(cells, codes, inputs, embeddings, embedded))
-        positions = rows(inputs.home) - self.body_start + self.prefix.length - self.prefix.pad[:, None]
+        positions = self._body_positions(rows(inputs.home))
         hidden = self._forward(embeds, rows(inputs.slots), self._allowed(inputs, sees), positions)
         last = rows(inputs.last)
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
@@ -264,6 +266,13 @@ class DecodingSession:
         cond, uncond = logits.chunk(2)
         return uncond + self.guidance_scale * (cond - uncond)
 
+    def _body_positions(self, home: torch.Tensor) -> torch.Tensor:
+        """Rotary positions `[rows, m]` (`[rows, m, 3]` with grid positions) of inputs at body slots `home`."""
+        offset = home - self.body_start
+        if self._grid_offsets is None:
+            return offset + self._start[:, None]
+        return self._start[:, None, None] + self._grid_offsets[offset.clamp(0, len(self._grid_offsets) - 1)]
+
     def _forward(
         self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
@@ -333,7 +342,7 @@ class DecodingSession:
         allowed = causal & (visible[:, None, :] | (keys == slots[..., None]))
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
-        positions = slots - prefix.pad[:, None]
+        positions = slots - prefix.pad[:, None] if prefix.positions is None else prefix.positions
         hidden = self._forward(self.adapter.embed_tokens(prefix.ids), slots, allowed, positions)
         self.filled[:, :length] = prefix.visible
         self._frontier = self.body_start - 1
