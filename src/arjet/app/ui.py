@@ -267,7 +267,7 @@ def _options_info(sampler: str) -> str:
 
 
 def _unknown_words_notice(pipe, prompt: str) -> str:
-    words = unknown_words(pipe.tokenizer, prompt)
+    words = unknown_words(pipe.text_tokenizer, prompt)
     if not words:
         return ""
     return f"The model does not know {', '.join(map(repr, words))}; it reads each as its unknown token."

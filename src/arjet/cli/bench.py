@@ -288,7 +288,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
 def _note_unknown_words(pipe, prompts: list[str]) -> None:
     from ..pipelines.prompts import unknown_words
 
-    count = sum(bool(unknown_words(pipe.tokenizer, prompt)) for prompt in prompts)
+    count = sum(bool(unknown_words(pipe.text_tokenizer, prompt)) for prompt in prompts)
     if count:
         print(
             f"note: {count} of {len(prompts)} prompts have words outside the random model's small vocabulary; each "

@@ -126,9 +126,9 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--temperature",
         type=types.float_type(0.0),
-        default=1.0,
+        default=None,
         metavar="T",
-        help="sampling temperature; 0 = greedy (default 1)",
+        help="sampling temperature; 0 = greedy (default: the model's, 1 but for GLM-Image's generation config)",
     )
     parser.add_argument(
         "--top-k",
@@ -142,7 +142,8 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         type=types.float_type(0.0, 1.0, exclusive_minimum=True),
         default=None,
         metavar="P",
-        help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off)",
+        help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off but for "
+        "GLM-Image's generation config)",
     )
 
 

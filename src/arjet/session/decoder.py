@@ -257,7 +257,7 @@ class LlamaStackDecoder:
             mlp_norm=pre_mlp,
             gate_up=gate_up_projection,
             down=_projection(down, pack),
-            act=layer.mlp.act_fn,
+            act=layer.mlp.activation_fn if len(gate_up) == 1 else layer.mlp.act_fn,
             mlp_post_norm=post_mlp,
         )
 
