@@ -382,6 +382,9 @@ def _glm_image(grid: tuple[int, int], vocab_size: int, logit_scale: float, layer
         image_end_token_id=tokenizer.eos_token_id,
     )
     model = GlmImageForConditionalGeneration(config).eval()
+    # GLM's norms after each block bring its output to unit scale: token embeddings at the usual 0.02 would
+    # vanish beside it (next-code distributions would hardly depend on the codes before), so they get unit scale
+    _scale_(model.model.language_model.embed_tokens.weight, 1 / config.text_config.initializer_range)
     _scale_(model.lm_head.weight, logit_scale)
     model.generation_config.do_sample = True
     glyphs = ByT5Tokenizer()

@@ -17,6 +17,7 @@ from arjet.samplers.sjd_pac import (
 from arjet.samplers.speculative import residual
 from arjet.testing import tiny_pipeline
 
+from families import all_cells
 from stats import chisquare_p_value
 
 DRAWS = 200_000
@@ -233,7 +234,7 @@ def test_each_image_commits_its_own_number_of_tokens(family):
     out = pipe(["a red circle", "green star on a blue background"] * 3, sampler=sampler, seed=0)
     assert len({tuple(s.accepted_per_step) for s in out.stats}) > 1  # ragged
     for stat in out.stats:
-        assert sum(stat.accepted_per_step) == stat.tokens == grid[0] * grid[1]
+        assert sum(stat.accepted_per_step) == stat.tokens == all_cells(pipe, grid)
         assert len(stat.accepted_per_step) == stat.forward_passes
         assert stat.commit_step.max() == stat.forward_passes
     alone = pipe("green star on a blue background", sampler=sampler, seed=3)

@@ -26,7 +26,7 @@ from .. import samplers as sampler_registry
 from ..limits import DEFAULT_LIMITS, Limits
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
 from ..samplers.capture import compile_mode
-from ..session import CompiledDecoder, ImageLayout, ModelAdapter, Prefix
+from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
@@ -75,6 +75,10 @@ class BaseARPipeline(DiffusionPipeline):
     default_guidance_scale: ClassVar[float] = 1.0
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
+    # the AR stage mixes a conditional and an unconditional row (CFG); a family whose model defines no
+    # unconditional branch refuses guidance_scale != 1, saying `guidance_hint`
+    classifier_free_guidance: ClassVar[bool] = True
+    guidance_hint: ClassVar[str] = ""
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
     # weights of a component this family never reads (by prefix), which its checkpoints may therefore lack
@@ -283,7 +287,7 @@ class BaseARPipeline(DiffusionPipeline):
 
         # 3. decode codes with the sampler through a session per grid (GLM-Image: its preview, then the target)
         start = time.perf_counter()
-        decoded = decode_codes(self, call, prefix, rng)
+        decoded = decode_codes(self, call, prefix, rng, DecodingSession)
         codes = decoded.codes
         decoding = time.perf_counter() - start
 
@@ -356,6 +360,12 @@ class BaseARPipeline(DiffusionPipeline):
             top_k if inputs.top_k is None else inputs.top_k,
             top_p if inputs.top_p is None else inputs.top_p,
         )
+        if not self.classifier_free_guidance and sampling.guidance_scale != 1:
+            raise ValueError(
+                f"guidance_scale={sampling.guidance_scale!r}: {type(self).__name__}'s AR stage has no "
+                "classifier-free guidance (the model defines no unconditional branch); pass guidance_scale=None "
+                f"or 1{self.guidance_hint}"
+            )
         grid = self.grid_for(*self.image_size(inputs.height, inputs.width, inputs.aspect_ratio))
         sampler.check_grid(grid, limits.max_window, vocab_size=self.session_adapter().code_vocab_size)
         self.check_requirements(sampler, label)
@@ -460,7 +470,7 @@ class BaseARPipeline(DiffusionPipeline):
             )
 
     def checkpoint_guidance_scale(self) -> float:
-        """The checkpoint's default CFG scale (its config may set one), else the family's."""
+        """The checkpoint's default CFG scale (its config may set one), else the family's (1: none)."""
         configured = self.config.get("default_guidance_scale")
         return self.default_guidance_scale if configured is None else configured
 

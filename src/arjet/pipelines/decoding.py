@@ -8,6 +8,7 @@ each image's stats add up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +31,15 @@ class DecodedCodes:
     stats: list[DecodeStats]
 
 
-def decode_codes(pipe: Any, call: CheckedInputs, prefix: Prefix, rng: ImageRandom) -> DecodedCodes:
+def decode_codes(
+    pipe: Any,
+    call: CheckedInputs,
+    prefix: Prefix,
+    rng: ImageRandom,
+    session_class: Callable[..., DecodingSession] = DecodingSession,
+) -> DecodedCodes:
     """Run `call.sampler` over every grid of the call in turn (the preview grid, if the family has one, then
-    the target), each through a decoding session; `pipe` is the family's `BaseARPipeline`."""
+    the target), each through a decoding session (`session_class`); `pipe` is the family's `BaseARPipeline`."""
     batch, grid = call.batch_size, call.grid
     preview = pipe.preview_grid(grid)
     grids = [grid] if preview is None else [preview, grid]
@@ -48,7 +55,7 @@ def decode_codes(pipe: Any, call: CheckedInputs, prefix: Prefix, rng: ImageRando
                 done = traces[-1]
                 prefix = pipe.preview_prefix(prefix, done.session.layout, done.codes)
                 hook.next_grid(done.session.num_cells * batch, done.session.count)
-            session = DecodingSession(
+            session = session_class(
                 pipe.session_adapter(),
                 pipe.image_layout(stage),
                 prefix,

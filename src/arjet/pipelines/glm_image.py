@@ -91,6 +91,8 @@ class GlmImagePipeline(BaseARPipeline):
     model_type: ClassVar[str] = "glm_image"
     model_class: ClassVar[type] = GlmImageForConditionalGeneration
     model_cpu_offload_seq = "vision_language_encoder->text_encoder->transformer->vae"
+    classifier_free_guidance: ClassVar[bool] = False
+    guidance_hint: ClassVar[str] = " (dit_guidance_scale= sets the diffusion stage's guidance)"
 
     def __init__(
         self,
@@ -167,7 +169,7 @@ class GlmImagePipeline(BaseARPipeline):
         dit_guidance_scale: Any = None,
         **options: Any,
     ) -> CheckedInputs:
-        """The checks of every family, the diffusion stage's options, and no CFG in the AR stage."""
+        """The checks of every family, then the diffusion stage's options."""
         steps = self.config.num_inference_steps if num_inference_steps is None else num_inference_steps
         most = self.scheduler.config.num_train_timesteps
         steps = checks.integer("num_inference_steps", steps, 1, most)
@@ -176,17 +178,8 @@ class GlmImagePipeline(BaseARPipeline):
             "dit_guidance_scale", scale, 0.0, note="the diffusion stage's CFG; 1 disables it"
         )
         call = super().check_inputs(prompt, negative_prompt, **options)
-        if call.guidance_scale != 1:
-            raise ValueError(
-                f"guidance_scale={call.guidance_scale!r}: GLM-Image's AR stage has no classifier-free guidance "
-                "(the model defines no unconditional branch); pass guidance_scale=None or 1, and "
-                "dit_guidance_scale= for the diffusion stage's guidance"
-            )
         call.stage_options = {"num_inference_steps": steps, "guidance_scale": scale}
         return call
-
-    def checkpoint_guidance_scale(self) -> float:
-        return 1.0
 
     def sampling_defaults(self) -> tuple[float, int | None, float | None]:
         """The AR model's generation config, unset numbers filled as transformers' `generate` fills them."""
