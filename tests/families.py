@@ -45,3 +45,8 @@ def statistical_logit_scale(family: str, scale: float = 3.0) -> float:
     too many outcomes for 4000 draws (at 6, 115 outcomes expect 5 draws or more, holding 49% of the mass;
     the negative controls reject it as they do the others, p < 1e-9 when written)."""
     return 6.0 if family == "glm_image" else scale
+
+
+def guidance_of(pipe, scale: float = 3.0) -> float | None:
+    """The CFG scale a test decodes `pipe` with: `scale`, or None where the family has no CFG."""
+    return scale if pipe.classifier_free_guidance else None

@@ -43,6 +43,7 @@ SMALL_VQ = {
         hidden_size=32,
         num_attention_heads=1,
     ),
+    "glm_image": dict(embed_dim=8, num_embeddings=SMALL_CODEBOOK, latent_channels=16),
     "lumina_mgpt": dict(
         ch=32,
         ch_mult=(1, 1, 1, 1, 1),
@@ -62,13 +63,43 @@ SMALL_VISION = dict(
     mlp_ratio=2.0,
     projection_dim=64,
 )
-SMALL_SIZE = {"janus": 32, "emu3": 24, "lumina_mgpt": 64}  # 2x2, 3x3 and 4x4 codes
+SMALL_GLM_IMAGE = dict(  # GLM-Image's vision encoder and diffusion stage, as small
+    vision=dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, image_size=32, patch_size=16),
+    extra=dict(
+        vision_vocab_size=SMALL_CODEBOOK,
+        partial_rotary_factor=0.5,
+        mrope_section=(2, 1, 1),  # 16-wide heads, half rotated: 4 frequencies
+        preview_side=2,
+        dit=dict(
+            patch_size=2,
+            in_channels=4,
+            out_channels=4,
+            num_layers=1,
+            attention_head_dim=8,
+            num_attention_heads=2,
+            text_embed_dim=16,
+            time_embed_dim=16,
+            condition_dim=8,
+            prior_vq_quantizer_codebook_size=SMALL_CODEBOOK,
+        ),
+        glyph_encoder=dict(vocab_size=384, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
+        vae=dict(
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            block_out_channels=(8, 8, 8, 8),
+            layers_per_block=1,
+            latent_channels=4,
+            norm_num_groups=4,
+        ),
+    ),
+)
+SMALL_SIZE = {"janus": 32, "emu3": 24, "lumina_mgpt": 64, "glm_image": 64}  # 2x2, 3x3, 4x4 and 2x2 codes
 
 
 def small_preset(name: str) -> Preset:
     """Preset `name` with a 2-layer, 64-wide decoder, a 64-code VQ of 32 channels and a tiny default size."""
     preset = PRESETS[name]
-    return dataclasses.replace(
+    small = dataclasses.replace(
         preset,
         name=f"small-{name}",
         decoder=dataclasses.replace(SMALL_DECODER, qk_norm=preset.decoder.qk_norm),
@@ -77,3 +108,6 @@ def small_preset(name: str) -> Preset:
         vision=SMALL_VISION if preset.vision is not None else None,
         default_size=SMALL_SIZE[preset.family],
     )
+    if preset.family == "glm_image":
+        small = dataclasses.replace(small, **SMALL_GLM_IMAGE)
+    return small

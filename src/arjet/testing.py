@@ -326,6 +326,7 @@ def glm_image_tokenizer(vocab_size: int, words: list[str]):
         pad_token="<pad>",
         named_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"},
         prepend="[gMASK]",
+        padding_side="left",  # diffusers' GLM-Image pipeline pads a batch of prompts on the left
     )
 
 

@@ -26,6 +26,7 @@ def build_word_tokenizer(
     leading_tokens: Iterable[str] = (),
     named_tokens: dict[str, str] | None = None,
     prepend: str | None = None,
+    padding_side: str = "right",
 ) -> PreTrainedTokenizerFast:
     """A tokenizer whose ids are: `leading_tokens` (special, from id 0: a vocabulary whose image codes come
     first, as GLM-Image's), special tokens (in the given order, `<unk>` first), then `words`, then
@@ -61,5 +62,6 @@ def build_word_tokenizer(
         eos_token=eos_token,
         pad_token=pad_token,
         unk_token=UNKNOWN,
+        padding_side=padding_side,
         **({"extra_special_tokens": dict(named_tokens)} if named_tokens else {}),
     )

@@ -298,8 +298,63 @@ def _lumina_mgpt(preset: Preset, size: tuple[int, int]):
     )
 
 
+def _glm_image(preset: Preset, size: tuple[int, int]):
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from transformers import (
+        ByT5Tokenizer,
+        GlmImageConfig,
+        GlmImageForConditionalGeneration,
+        GlmImageProcessor,
+        T5Config,
+        T5EncoderModel,
+    )
+    from transformers.models.glm_image.image_processing_pil_glm_image import GlmImageImageProcessorPil
+
+    from ..pipelines.glm_image import GlmImagePipeline
+    from ..testing import GLM_IMAGE_CHAT_TEMPLATE, glm_image_tokenizer
+
+    tokenizer = glm_image_tokenizer(preset.codebook, list(_prompt_words()))
+    _check_ids(preset, tokenizer.get_vocab())
+    extra, d = preset.extra, preset.decoder
+    text = {key: value for key, value in _llama(d).items() if key != "rope_parameters"}
+    rope = dict(_llama(d)["rope_parameters"], partial_rotary_factor=extra["partial_rotary_factor"])
+    config = GlmImageConfig(
+        text_config=dict(
+            **text,
+            rope_parameters=dict(rope, mrope_section=list(extra["mrope_section"])),
+            vision_vocab_size=extra["vision_vocab_size"],
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vision_config=dict(preset.vision or {}),
+        vq_config=dict(preset.vq),
+        image_token_id=tokenizer.convert_tokens_to_ids("<|image|>"),
+        image_start_token_id=tokenizer.bos_token_id,
+        image_end_token_id=tokenizer.eos_token_id,
+    )
+    vae = dict(extra["vae"])
+    channels = vae["latent_channels"]
+    return GlmImagePipeline(
+        tokenizer=ByT5Tokenizer(),
+        processor=GlmImageProcessor(
+            image_processor=GlmImageImageProcessorPil(),
+            tokenizer=tokenizer,
+            chat_template=GLM_IMAGE_CHAT_TEMPLATE,
+        ),
+        text_encoder=T5EncoderModel(T5Config(**extra["glyph_encoder"])).eval(),
+        vision_language_encoder=GlmImageForConditionalGeneration(config).eval(),
+        vae=AutoencoderKL(**vae, latents_mean=[0.0] * channels, latents_std=[1.0] * channels).eval(),
+        transformer=GlmImageTransformer2DModel(**extra["dit"]).eval(),
+        scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+        preview_side=extra["preview_side"],
+        default_height=size[0],
+        default_width=size[1],
+    )
+
+
 _BUILDERS: dict[str, Callable[[Preset, tuple[int, int]], BaseARPipeline]] = {
     "janus": _janus,
     "emu3": _emu3,
     "lumina_mgpt": _lumina_mgpt,
+    "glm_image": _glm_image,
 }
