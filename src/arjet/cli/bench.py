@@ -21,7 +21,7 @@ from .options import (
     json_text,
     load_pipeline,
     parse_specs,
-    sampling_options,
+    sampling_kwargs,
 )
 
 DESCRIPTION = """Time samplers side by side: forward passes, step compression, seconds and latency speedup
@@ -145,12 +145,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name} must be a positive number of pixels, got {value}")
     specs = parse_specs(args.samplers)  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
-    sampling = sampling_options(args)
+    sampling = sampling_kwargs(args)  # checked here, before any model loads
     compile = compile_argument(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir, data_dir_option="--data-dir")
 
     # 2. the model, then the bench
-    call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}
+    call = {**sampling, "height": args.height, "width": args.width, "compile": compile}
     call = {key: value for key, value in call.items() if value is not None}
     call["batch_size"] = args.batch_size
     if arch is None:

@@ -253,13 +253,7 @@ def run(args: argparse.Namespace) -> int:
         width=args.width,
         dtype=args.dtype,
         compile=compile,
-        # a run records its temperature (1 unless given), so that runs made before the default became the
-        # model's resume as they were
-        **{
-            key: value
-            for key, value in sampling.kwargs().items()
-            if key != "temperature" or value is not None
-        },
+        **sampling.kwargs(),
     )
     options = MetricOptions(
         fid_features=_optional(args.fid_features),

@@ -124,8 +124,6 @@ def domain_report(
     from tqdm.auto import tqdm
 
     sampling = sampling or SamplingOptions()
-    if sampling.temperature is None:  # the report says which temperature it sampled at
-        sampling = replace(sampling, temperature=pipe.sampling_defaults()[0])
     check_report_size(n)
     checks.integer("batch", batch, 1, pipe.limits.max_images_per_call)
     items = heldout_set(2 * n)

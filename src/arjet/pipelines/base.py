@@ -72,6 +72,7 @@ class BaseARPipeline(DiffusionPipeline):
 
     model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
     model_class: ClassVar[type] = object
+    ar_component: ClassVar[str] = "model"  # the component holding the AR model (`model_class`)
     default_guidance_scale: ClassVar[float] = 1.0
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
@@ -230,7 +231,8 @@ class BaseARPipeline(DiffusionPipeline):
         return self.tokenizer
 
     def sampling_defaults(self) -> tuple[float, int | None, float | None]:
-        """(temperature, top_k, top_p) where the call leaves them None: 1, the family's `default_top_k`, off."""
+        """(temperature, top_k, top_p) where the call leaves them out (top-k, top-p: None): 1, the family's
+        `default_top_k`, no top-p."""
         return 1.0, self.default_top_k, None
 
     def max_positions(self) -> int | None:
@@ -326,7 +328,8 @@ class BaseARPipeline(DiffusionPipeline):
         work (prompts are tokenized only to count their tokens, after every other check). Each bad value raises
         a `ValueError` that names it and says what is allowed; `self.limits` bounds the work (images per call,
         prompt length, sampler window)."""
-        inputs = GenerationInputs.from_call(prompt, negative_prompt, options)
+        temperature, top_k, top_p = self.sampling_defaults()
+        inputs = GenerationInputs.from_call(prompt, negative_prompt, {"temperature": temperature, **options})
         limits = self.limits
         prompts = prompt_list("prompt", inputs.prompt, limits.max_prompt_chars)
         negatives = None
@@ -353,10 +356,9 @@ class BaseARPipeline(DiffusionPipeline):
             )
         sampler = sampler_registry.get(inputs.sampler)
         label = sampler_registry.label(inputs.sampler)
-        temperature, top_k, top_p = self.sampling_defaults()
         sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
             self.checkpoint_guidance_scale() if inputs.guidance_scale is None else inputs.guidance_scale,
-            temperature if inputs.temperature is None else inputs.temperature,
+            inputs.temperature,
             top_k if inputs.top_k is None else inputs.top_k,
             top_p if inputs.top_p is None else inputs.top_p,
         )

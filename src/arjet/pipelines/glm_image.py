@@ -91,6 +91,7 @@ class GlmImagePipeline(BaseARPipeline):
     model_type: ClassVar[str] = "glm_image"
     model_class: ClassVar[type] = GlmImageForConditionalGeneration
     model_cpu_offload_seq = "vision_language_encoder->text_encoder->transformer->vae"
+    ar_component: ClassVar[str] = "vision_language_encoder"
     classifier_free_guidance: ClassVar[bool] = False
     guidance_hint: ClassVar[str] = " (dit_guidance_scale= sets the diffusion stage's guidance)"
 

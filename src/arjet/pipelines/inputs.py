@@ -40,8 +40,9 @@ class GenerationInputs:
     `Sampler` object. `height` / `width`: pixels (None: the pipeline's default size); families that size
     images by shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
     the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` and `top_p` form the target
-    distribution every sampler must respect; None leaves each to the family (temperature 1, top-k the
-    family's, no top-p; GLM-Image: its generation config's, as transformers' `generate` reads it). `num_images_per_prompt`: images per
+    distribution every sampler must respect; `top_k` / `top_p` None, and `temperature` left out, take the
+    family's default (temperature 1, top-k the family's, no top-p; GLM-Image: its generation config's, as
+    transformers' `generate` reads it). `num_images_per_prompt`: images per
     prompt. `seed=s` gives image `i` the generator `s + i` (or pass one seed or one `generator` per image);
     an image then decodes the same whatever else shares its batch. `output_type`: "pil", "np", "pt" or
     "latent" (the codes). `return_dict`: an `ARPipelineOutput`, else a tuple. `callback_on_step_end(pipe, step,
@@ -56,7 +57,7 @@ class GenerationInputs:
     width: int | None = None
     aspect_ratio: str | None = None
     guidance_scale: float | None = None
-    temperature: float | None = None
+    temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     num_images_per_prompt: int = 1

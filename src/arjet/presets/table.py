@@ -294,13 +294,14 @@ GLM_IMAGE = Preset(
         ),
         # google/byt5-small config.json (Glyph-ByT5 is its encoder; text_embed_dim 1472 above)
         glyph_encoder=_frozen(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6),
-        # a 16-channel latent (the DiT's in_channels) at 8x (2 x 2 patches of 16 px per AR code's quarter):
-        # the block widths are CogView4's VAE (ZhipuAI's earlier 16-channel AutoencoderKL), an assumption
+        # a 16-channel latent (the DiT's in_channels) at 8x (a 2 x 2 patch of latents per 16 px, a quarter of
+        # an AR code); the block widths are an assumption, the common 16-channel AutoencoderKL's (SD3's and
+        # FLUX.1's vae/config.json: 128, 256, 512, 512 with 2 layers per block): vae/config.json was not read
         vae=_frozen(
             down_block_types=("DownEncoderBlock2D",) * 4,
             up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(128, 512, 1024, 1024),
-            layers_per_block=3,
+            block_out_channels=(128, 256, 512, 512),
+            layers_per_block=2,
             latent_channels=16,
         ),
     ),

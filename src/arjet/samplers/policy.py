@@ -119,16 +119,15 @@ class LogitsPolicy:
 class SamplingOptions:
     """The numbers that shape the target distribution every sampler must respect, checked when made.
 
-    `guidance_scale`: CFG (1 disables it; None: the pipeline's default); `temperature`: 0 = greedy, None =
-    the pipeline's default (1 in `policy()`); `top_k`: None = the pipeline's default; `top_p`: in (0, 1], None
-    or 1 = off (a pipeline may have a default of its own). Infinities and NaN are
+    `guidance_scale`: CFG (1 disables it; None: the pipeline's default); `temperature`: 0 = greedy;
+    `top_k`: None = the pipeline's default; `top_p`: in (0, 1], None or 1 = off. Infinities and NaN are
     refused (`guidance_scale=inf` would turn every mixed logit into NaN), and so are finite values that
     overflow once combined: the logits are scaled by about `guidance_scale / temperature`, which must stay
     at most `MAX_LOGIT_SCALE` (1e30) for float32 logits to stay finite (`temperature=1e-45` would otherwise
     give NaN probabilities and a grey image)."""
 
     guidance_scale: float | None = None
-    temperature: float | None = 1.0
+    temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
 
@@ -136,8 +135,7 @@ class SamplingOptions:
         guidance, temperature = self.guidance_scale, self.temperature
         if guidance is not None:
             checks.number("guidance_scale", guidance, 0.0, note="1 disables CFG")
-        if temperature is not None:
-            checks.number("temperature", temperature, 0.0, note="0 = greedy")
+        checks.number("temperature", temperature, 0.0, note="0 = greedy")
         if self.top_p is not None and (not checks.is_number(self.top_p) or not 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         scale = max(1.0, guidance or 1.0) / (temperature or 1.0)
@@ -153,7 +151,7 @@ class SamplingOptions:
 
     def policy(self) -> LogitsPolicy:
         """Temperature, top-k and top-p as the logits policy samplers apply (CFG is the session's)."""
-        return LogitsPolicy(1.0 if self.temperature is None else self.temperature, self.top_k, self.top_p)
+        return LogitsPolicy(self.temperature, self.top_k, self.top_p)
 
     def kwargs(self) -> dict[str, Any]:
         """The pipeline call's keyword arguments (`pipe(prompt, **options.kwargs())`)."""
