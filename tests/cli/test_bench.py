@@ -88,9 +88,7 @@ def test_bench_times_glm_image_at_a_scaled_down_size(monkeypatch, capsys):
     stage (a 2x2 preview grid, then the 2x2 codes of 64 px) and says so in its table."""
     monkeypatch.setitem(PRESETS, "small-glm-image", small_preset("glm-image"))
     args = ["bench", "--arch", "small-glm-image", "--random-weights", "--device", "cpu", "--n", "1"]
-    assert (
-        main([*args, "--samplers", "sjd:window=3;sjd-pac", "--height", "64", "--width", "64"]) == 0
-    )
+    assert main([*args, "--samplers", "sjd:window=3;sjd-pac", "--height", "64", "--width", "64"]) == 0
     printed = capsys.readouterr().out
     assert "(small-glm-image, random weights, torch.float32)" in printed
     rows = [line for line in printed.splitlines() if line.startswith("| ar |")]
