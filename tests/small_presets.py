@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from arjet.presets import PRESETS, DecoderDims, Preset
+from arjet.testing import TINY_GLM_IMAGE_STAGES, TINY_GLM_IMAGE_VISION
 
 SMALL_DECODER = DecoderDims(
     layers=2,
@@ -63,34 +64,14 @@ SMALL_VISION = dict(
     mlp_ratio=2.0,
     projection_dim=64,
 )
-SMALL_GLM_IMAGE = dict(  # GLM-Image's vision encoder and diffusion stage, as small
-    vision=dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, image_size=32, patch_size=16),
+SMALL_GLM_IMAGE = dict(  # GLM-Image's vision encoder and diffusion stage: the tiny pipeline's
+    vision=TINY_GLM_IMAGE_VISION,
     extra=dict(
         vision_vocab_size=SMALL_CODEBOOK,
         partial_rotary_factor=0.5,
         mrope_section=(2, 1, 1),  # 16-wide heads, half rotated: 4 frequencies
         preview_side=2,
-        dit=dict(
-            patch_size=2,
-            in_channels=4,
-            out_channels=4,
-            num_layers=1,
-            attention_head_dim=8,
-            num_attention_heads=2,
-            text_embed_dim=16,
-            time_embed_dim=16,
-            condition_dim=8,
-            prior_vq_quantizer_codebook_size=SMALL_CODEBOOK,
-        ),
-        glyph_encoder=dict(vocab_size=384, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
-        vae=dict(
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1,
-            latent_channels=4,
-            norm_num_groups=4,
-        ),
+        **TINY_GLM_IMAGE_STAGES,
     ),
 )
 SMALL_SIZE = {"janus": 32, "emu3": 24, "lumina_mgpt": 64, "glm_image": 64}  # 2x2, 3x3, 4x4 and 2x2 codes

@@ -339,26 +339,72 @@ GLM_IMAGE_CHAT_TEMPLATE = (
 )
 
 
-def _glm_image(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
+# the tiny GLM-Image's vision encoder (editing only: built, never run here) and diffusion stage: the real
+# pipeline's shapes (a VAE downsampling 8x and 2x2 DiT patches, so one AR code of 32 px is 2x2 DiT tokens), a
+# ByT5 glyph encoder of one layer
+TINY_GLM_IMAGE_VISION = dict(
+    depth=1, hidden_size=16, num_heads=2, intermediate_size=32, image_size=32, patch_size=16
+)
+TINY_GLM_IMAGE_STAGES = {
+    "dit": dict(
+        patch_size=2,
+        in_channels=4,
+        out_channels=4,
+        num_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        text_embed_dim=16,
+        time_embed_dim=16,
+        condition_dim=8,
+    ),
+    "glyph_encoder": dict(vocab_size=384, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
+    "vae": dict(
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8,) * 4,
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+    ),
+}
+
+
+def glm_image_pipeline(tokenizer, model, stages: dict, **options):
+    """A `GlmImagePipeline` around the AR `model` (a `GlmImageForConditionalGeneration`): a processor over the
+    text `tokenizer` with arjet's chat template, a ByT5 tokenizer, and the glyph encoder, VAE and DiT that
+    `stages` describes (`"glyph_encoder"`: a `T5Config`'s arguments, `"vae"`: `AutoencoderKL`'s, `"dit"`:
+    `GlmImageTransformer2DModel`'s, whose codebook is the model's); `options` go to the pipeline."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
-    from transformers import (
-        ByT5Tokenizer,
-        GlmImageConfig,
-        GlmImageForConditionalGeneration,
-        GlmImageProcessor,
-        T5Config,
-        T5EncoderModel,
-    )
+    from transformers import ByT5Tokenizer, GlmImageProcessor, T5Config, T5EncoderModel
     from transformers.models.glm_image.image_processing_pil_glm_image import GlmImageImageProcessorPil
 
     from .pipelines.glm_image import GlmImagePipeline
 
-    tokenizer = glm_image_tokenizer(vocab_size, WORDS)
-    processor = GlmImageProcessor(
-        image_processor=GlmImageImageProcessorPil(),
-        tokenizer=tokenizer,
-        chat_template=GLM_IMAGE_CHAT_TEMPLATE,
+    vae = dict(stages["vae"])
+    channels = vae["latent_channels"]
+    codebook = model.config.vq_config.num_embeddings
+    return GlmImagePipeline(
+        tokenizer=ByT5Tokenizer(),
+        processor=GlmImageProcessor(
+            image_processor=GlmImageImageProcessorPil(),
+            tokenizer=tokenizer,
+            chat_template=GLM_IMAGE_CHAT_TEMPLATE,
+        ),
+        text_encoder=T5EncoderModel(T5Config(**stages["glyph_encoder"])).eval(),
+        vision_language_encoder=model.eval(),
+        vae=AutoencoderKL(**vae, latents_mean=[0.0] * channels, latents_std=[1.0] * channels).eval(),
+        transformer=GlmImageTransformer2DModel(
+            **stages["dit"], prior_vq_quantizer_codebook_size=codebook
+        ).eval(),
+        scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+        **options,
     )
+
+
+def _glm_image(grid: tuple[int, int], vocab_size: int, logit_scale: float, layers: int):
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
+
+    tokenizer = glm_image_tokenizer(vocab_size, WORDS)
     text = _text_model_config(len(tokenizer), layers, _positions(grid), pad_token_id=tokenizer.pad_token_id)
     text.update(
         num_attention_heads=2,  # 16-wide heads: a half-width rotary table of 4 frequencies, as GLM's 64 of 128
@@ -374,55 +420,22 @@ def _glm_image(grid: tuple[int, int], vocab_size: int, logit_scale: float, layer
     )
     config = GlmImageConfig(
         text_config=text,
-        vision_config=dict(
-            depth=1, hidden_size=16, num_heads=2, intermediate_size=32, image_size=32, patch_size=16
-        ),
+        vision_config=TINY_GLM_IMAGE_VISION,
         vq_config=dict(embed_dim=8, num_embeddings=vocab_size, latent_channels=16),
         image_token_id=tokenizer.convert_tokens_to_ids("<|image|>"),
         image_start_token_id=tokenizer.bos_token_id,
         image_end_token_id=tokenizer.eos_token_id,
     )
-    model = GlmImageForConditionalGeneration(config).eval()
+    model = GlmImageForConditionalGeneration(config)
     # GLM's norms after each block bring its output to unit scale: token embeddings at the usual 0.02 would
     # vanish beside it (next-code distributions would hardly depend on the codes before), so they get unit scale
     _scale_(model.model.language_model.embed_tokens.weight, 1 / config.text_config.initializer_range)
     _scale_(model.lm_head.weight, logit_scale)
     model.generation_config.do_sample = True
-    glyphs = ByT5Tokenizer()
-    text_encoder = T5EncoderModel(
-        T5Config(vocab_size=len(glyphs), d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
-    ).eval()
-    # the real pipeline's shape: a VAE downsampling 8x and 2x2 DiT patches, so one AR code (32 px) is 2x2 tokens
-    vae = AutoencoderKL(
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        block_out_channels=[8] * 4,
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
-        latents_mean=[0.0] * 4,
-        latents_std=[1.0] * 4,
-    ).eval()
-    transformer = GlmImageTransformer2DModel(
-        patch_size=2,
-        in_channels=4,
-        out_channels=4,
-        num_layers=1,
-        attention_head_dim=8,
-        num_attention_heads=2,
-        text_embed_dim=16,
-        time_embed_dim=16,
-        condition_dim=8,
-        prior_vq_quantizer_codebook_size=vocab_size,
-    ).eval()
-    return GlmImagePipeline(
-        tokenizer=glyphs,
-        processor=processor,
-        text_encoder=text_encoder,
-        vision_language_encoder=model,
-        vae=vae,
-        transformer=transformer,
-        scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+    return glm_image_pipeline(
+        tokenizer,
+        model,
+        TINY_GLM_IMAGE_STAGES,
         preview_side=TINY_PREVIEW_SIDE,
         default_height=32 * grid[0],
         default_width=32 * grid[1],

@@ -16,11 +16,11 @@ POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 
 
 def _with_noise_conditioning(pipe, levels=4):
-    noise = NoiseConditioning(
-        hidden_size=pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1],
-        levels=levels,
-    )
-    torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # an untrained-but-active conditioning
+    hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+    with torch.random.fork_rng():  # the same conditioning whichever tests ran before
+        torch.manual_seed(0)
+        noise = NoiseConditioning(hidden_size=hidden, levels=levels)
+        torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # an untrained-but-active conditioning
     pipe.register_modules(noise_conditioning=noise)
     return pipe
 

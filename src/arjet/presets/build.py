@@ -299,19 +299,9 @@ def _lumina_mgpt(preset: Preset, size: tuple[int, int]):
 
 
 def _glm_image(preset: Preset, size: tuple[int, int]):
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
-    from transformers import (
-        ByT5Tokenizer,
-        GlmImageConfig,
-        GlmImageForConditionalGeneration,
-        GlmImageProcessor,
-        T5Config,
-        T5EncoderModel,
-    )
-    from transformers.models.glm_image.image_processing_pil_glm_image import GlmImageImageProcessorPil
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
 
-    from ..pipelines.glm_image import GlmImagePipeline
-    from ..testing import GLM_IMAGE_CHAT_TEMPLATE, glm_image_tokenizer
+    from ..testing import glm_image_pipeline, glm_image_tokenizer
 
     tokenizer = glm_image_tokenizer(preset.codebook, list(_prompt_words()))
     _check_ids(preset, tokenizer.get_vocab())
@@ -332,20 +322,10 @@ def _glm_image(preset: Preset, size: tuple[int, int]):
         image_start_token_id=tokenizer.bos_token_id,
         image_end_token_id=tokenizer.eos_token_id,
     )
-    vae = dict(extra["vae"])
-    channels = vae["latent_channels"]
-    return GlmImagePipeline(
-        tokenizer=ByT5Tokenizer(),
-        processor=GlmImageProcessor(
-            image_processor=GlmImageImageProcessorPil(),
-            tokenizer=tokenizer,
-            chat_template=GLM_IMAGE_CHAT_TEMPLATE,
-        ),
-        text_encoder=T5EncoderModel(T5Config(**extra["glyph_encoder"])).eval(),
-        vision_language_encoder=GlmImageForConditionalGeneration(config).eval(),
-        vae=AutoencoderKL(**vae, latents_mean=[0.0] * channels, latents_std=[1.0] * channels).eval(),
-        transformer=GlmImageTransformer2DModel(**extra["dit"]).eval(),
-        scheduler=FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True),
+    return glm_image_pipeline(
+        tokenizer,
+        GlmImageForConditionalGeneration(config),
+        extra,
         preview_side=extra["preview_side"],
         default_height=size[0],
         default_width=size[1],

@@ -289,8 +289,7 @@ GLM_IMAGE = Preset(
             num_attention_heads=32,
             text_embed_dim=1472,  # ByT5-small's width: the glyph encoder's output
             time_embed_dim=512,
-            condition_dim=256,
-            prior_vq_quantizer_codebook_size=16384,
+            condition_dim=256,  # (its prior-token codebook is the VQ's: the 16384 codes above)
         ),
         # google/byt5-small config.json (Glyph-ByT5 is its encoder; text_embed_dim 1472 above)
         glyph_encoder=_frozen(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6),
