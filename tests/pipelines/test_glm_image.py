@@ -22,6 +22,7 @@ from arjet.pipelines.glm_image import (
 )
 from arjet.samplers import LogitsPolicy
 from arjet.session import DecodingSession, TransformersDecoder
+from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_pipeline
 
 from reference import full_sequence_logits, transformers_glm_image_logits
@@ -254,6 +255,27 @@ def test_a_decode_reports_both_stages_and_reproduces(pipe):
     assert len(stat.accepted_per_step) == stat.forward_passes == stat.commit_step.max()
     assert 1 <= stat.extra["preview_forward_passes"] <= 2 < stat.commit_step.min()
     assert stat.extra["decode_seconds"] > 0 and stat.extra["render_seconds"] > 0
+
+
+def test_every_sampler_paints_a_batch_of_three_and_fixed_seeds_reproduce():
+    """Each registered sampler at its defaults (sjd2 over an untrained noise conditioning), three images of
+    two prompts, through both stages to PIL images; the same seeds give the same codes and pixels."""
+    pipe = tiny_pipeline("glm_image", grid=GRID, vocab_size=8, logit_scale=3.0)
+    hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        pipe.register_modules(noise_conditioning=NoiseConditioning(hidden_size=hidden, levels=4))
+    prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]
+    for sampler in arjet.samplers.available():
+        first, again = (
+            pipe(prompts, sampler=sampler, seed=[1, 2, 3], num_inference_steps=2) for _ in range(2)
+        )
+        assert len(first.images) == 3 and all(image.size == (96, 64) for image in first.images), sampler
+        assert torch.equal(first.codes, again.codes) and torch.equal(first.preview_codes, again.preview_codes)
+        assert all(
+            np.array_equal(np.asarray(a), np.asarray(b))
+            for a, b in zip(first.images, again.images, strict=True)
+        )
 
 
 def test_the_callback_sees_the_preview_grid_then_the_target(pipe):

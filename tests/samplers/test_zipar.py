@@ -140,6 +140,7 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
     scale = guidance(family)
     out = pipe("a red circle", sampler=sampler, seed=3, guidance_scale=scale, callback_on_step_end=record)
     final = out.codes.flatten(1)
+    before = 0 if out.preview_codes is None else out.preview_codes[0].numel()  # the reference's preview cells
     prefix = pipe.encode_prompts(["a red circle"], None, grid, guided=scale is not None)
     predicted = set()
     assert len(spy.calls) == len(snapshots) - 1  # one forward per step
@@ -152,7 +153,7 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
             for slot, code in _visible_inputs(cells[0], codes[0], ephemeral[0], group[0], query).items():
                 sequence[0, slot] = code
                 visible.add(slot)
-            hidden = tuple(c for c in range(cell) if c not in visible)
+            hidden = tuple(before + c for c in range(cell) if c not in visible)
             reference = full_sequence_logits(
                 pipe,
                 prefix,
@@ -161,7 +162,7 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
                 hidden_cells=hidden,
                 preview_codes=out.preview_codes,
             )
-            torch.testing.assert_close(logits[0, query], reference[0, cell], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(logits[0, query], reference[0, before + cell], atol=1e-4, rtol=1e-4)
             predicted.add(cell)
     assert predicted == set(range(1, height * width))
 

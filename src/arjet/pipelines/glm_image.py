@@ -176,7 +176,7 @@ class GlmImagePipeline(BaseARPipeline):
         steps = checks.integer("num_inference_steps", steps, 1, most)
         scale = self.config.dit_guidance_scale if dit_guidance_scale is None else dit_guidance_scale
         scale = checks.number(
-            "dit_guidance_scale", scale, 0.0, note="the diffusion stage's CFG; 1 disables it"
+            "dit_guidance_scale", scale, 0.0, note="the diffusion stage's CFG; at most 1 disables it"
         )
         call = super().check_inputs(prompt, negative_prompt, **options)
         call.stage_options = {"num_inference_steps": steps, "guidance_scale": scale}
