@@ -110,7 +110,9 @@ class Prefix:
         def pick(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else x[rows]
 
-        return Prefix(self.ids[rows], self.visible[rows], self.pad[rows], pick(self.positions), pick(self.next_position))
+        return Prefix(
+            self.ids[rows], self.visible[rows], self.pad[rows], pick(self.positions), pick(self.next_position)
+        )
 
     def start_positions(self) -> torch.Tensor:
         """`[N]`: the rotary position of each row's first image-body token."""
