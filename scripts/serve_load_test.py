@@ -55,14 +55,18 @@ def main() -> int:
     parser.add_argument("--max-queue", type=int, default=16)
     parser.add_argument("--sampler", default="mc-sjd")
     parser.add_argument("--check", type=int, default=50, help="compare this many images with solo decodes")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads of the server and of the solo decodes (default 1)"
+    )
     args = parser.parse_args()
 
     port = free_port()
     command = [sys.executable, "-m", "arjet", "serve", "--port", str(port), "--lanes", str(args.lanes),
                "--max-queue", str(args.max_queue)]  # fmt: skip
-    if args.threads:
-        command += ["--threads", str(args.threads)]
+    command += [
+        "--threads",
+        str(args.threads),
+    ]  # floats, so images, are bit-equal only at equal thread counts
     server = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
@@ -140,8 +144,11 @@ def main() -> int:
             f"p95 {q[18]:.2f} s; server peak RSS {rss:.0f} MB"
         )
     if args.check:
+        import torch
+
         import arjet
 
+        torch.set_num_threads(args.threads)
         pipe = arjet.load()
         pipe.set_progress_bar_config(disable=True)
         checked = sorted(images)[: args.check]
