@@ -148,7 +148,7 @@ def _can_pack(weights: list[torch.Tensor]) -> bool:
 
 @dataclass
 class _Layer:
-    attention_norm: nn.Module
+    attention_norm: nn.Module | None  # None: the block does not normalise its input (an EAGLE drafter's)
     qkv: _FusedProjection
     o: _Projection
     q_norm: nn.Module | None
@@ -170,11 +170,14 @@ class KVCache:
 class LlamaStackDecoder:
     """A transformers Llama-style decoder stack (`backbone.layers`, `.norm`, `.rotary_emb`) run over its own
     weights. `qk_norm`: Chameleon's per-head layer norm of queries and keys; `swin_norm`: Chameleon's
-    post-norm layer order (`x + norm(attn(x))`)."""
+    post-norm layer order (`x + norm(attn(x))`); `final_norm`: normalise the last layer's output (False for a
+    drafter's block, whose output is an estimate of the target's normalised hidden state)."""
 
     reads_span_only = True
 
-    def __init__(self, backbone: nn.Module, qk_norm: bool = False, swin_norm: bool = False):
+    def __init__(
+        self, backbone: nn.Module, qk_norm: bool = False, swin_norm: bool = False, final_norm: bool = True
+    ):
         self.backbone = backbone
         self.swin_norm = swin_norm
         config = backbone.config
@@ -200,14 +203,14 @@ class LlamaStackDecoder:
             self._layer(layer, group, pack, qk_norm)
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
-        self.norm = backbone.norm
+        self.norm = backbone.norm if final_norm else None
 
     @staticmethod
     def _layer(layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
         q, k, v, o, gate, up, down = linears
         return _Layer(
-            attention_norm=layer.input_layernorm,
+            attention_norm=None if isinstance(layer.input_layernorm, nn.Identity) else layer.input_layernorm,
             qkv=_fused((q, k, v), pack),
             o=_projection(o, pack),
             q_norm=attention.q_norm if qk_norm else None,
@@ -247,7 +250,7 @@ class LlamaStackDecoder:
         x = embeds
         for i, layer in enumerate(self.layers):
             residual = x
-            h = x if self.swin_norm else _rms_norm(layer.attention_norm, x)
+            h = x if self.swin_norm or layer.attention_norm is None else _rms_norm(layer.attention_norm, x)
             q, k, v = layer.qkv(h)
             q = q.view(rows, m, self.num_heads, self.head_dim)
             k = k.view(rows, m, self.num_kv_heads, self.head_dim)
@@ -274,7 +277,7 @@ class LlamaStackDecoder:
             gate, up = layer.gate_up(h)
             h = layer.down(layer.act(gate) * up)
             x = residual + (_rms_norm(layer.mlp_norm, h) if self.swin_norm else h)
-        return _rms_norm(self.norm, x)
+        return x if self.norm is None else _rms_norm(self.norm, x)
 
 
 def _projection(linear: nn.Linear, pack: bool) -> _Projection:
