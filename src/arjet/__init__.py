@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ARPipeline",
     "ARPipelineOutput",
+    "Drafter",
     "Emu3Pipeline",
     "JanusPipeline",
     "Limits",
@@ -52,6 +53,7 @@ if typing.TYPE_CHECKING:
     from .limits import Limits
     from .pipelines import ARPipeline, ARPipelineOutput, Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
     from .presets import available_presets, random_pipeline
+    from .session import Drafter
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -61,6 +63,8 @@ def __getattr__(name: str) -> typing.Any:
         home = _submodule("builtin")
     elif name == "Limits":
         home = _submodule("limits")
+    elif name == "Drafter":
+        home = _submodule("session")
     elif name in ("available_presets", "random_pipeline"):
         home = _submodule("presets")
     elif name in __all__:
