@@ -9,7 +9,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-FAMILIES = ("janus", "emu3", "lumina_mgpt")
+from families import FAMILIES  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from arjet.presets import PRESETS, DecoderDims, Preset
+from arjet.testing import TINY_GLM_IMAGE_STAGES, TINY_GLM_IMAGE_VISION
 
 SMALL_DECODER = DecoderDims(
     layers=2,
@@ -43,6 +44,7 @@ SMALL_VQ = {
         hidden_size=32,
         num_attention_heads=1,
     ),
+    "glm_image": dict(embed_dim=8, num_embeddings=SMALL_CODEBOOK, latent_channels=16),
     "lumina_mgpt": dict(
         ch=32,
         ch_mult=(1, 1, 1, 1, 1),
@@ -62,13 +64,23 @@ SMALL_VISION = dict(
     mlp_ratio=2.0,
     projection_dim=64,
 )
-SMALL_SIZE = {"janus": 32, "emu3": 24, "lumina_mgpt": 64}  # 2x2, 3x3 and 4x4 codes
+SMALL_GLM_IMAGE = dict(  # GLM-Image's vision encoder and diffusion stage: the tiny pipeline's
+    vision=TINY_GLM_IMAGE_VISION,
+    extra=dict(
+        vision_vocab_size=SMALL_CODEBOOK,
+        partial_rotary_factor=0.5,
+        mrope_section=(2, 1, 1),  # 16-wide heads, half rotated: 4 frequencies
+        preview_side=2,
+        **TINY_GLM_IMAGE_STAGES,
+    ),
+)
+SMALL_SIZE = {"janus": 32, "emu3": 24, "lumina_mgpt": 64, "glm_image": 64}  # 2x2, 3x3, 4x4 and 2x2 codes
 
 
 def small_preset(name: str) -> Preset:
     """Preset `name` with a 2-layer, 64-wide decoder, a 64-code VQ of 32 channels and a tiny default size."""
     preset = PRESETS[name]
-    return dataclasses.replace(
+    small = dataclasses.replace(
         preset,
         name=f"small-{name}",
         decoder=dataclasses.replace(SMALL_DECODER, qk_norm=preset.decoder.qk_norm),
@@ -77,3 +89,6 @@ def small_preset(name: str) -> Preset:
         vision=SMALL_VISION if preset.vision is not None else None,
         default_size=SMALL_SIZE[preset.family],
     )
+    if preset.family == "glm_image":
+        small = dataclasses.replace(small, **SMALL_GLM_IMAGE)
+    return small

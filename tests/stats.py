@@ -12,17 +12,34 @@ from arjet.samplers import LogitsPolicy
 
 from reference import full_sequence_logits
 
+ENUMERATION_CHUNK = 4096  # sequences per reference forward
+
 
 def exact_joint(pipe, prompt: str, grid: tuple[int, int], policy: LogitsPolicy, guidance_scale: float | None):
-    """{codes tuple: probability} of the whole grid under the processed distribution, by enumeration."""
+    """{codes tuple: probability} of the whole grid under the processed distribution, by enumeration; for a
+    family with a preview grid (GLM-Image) the tuples hold the preview's codes, then the grid's (`drawn`)."""
     vocab = pipe.session_adapter().code_vocab_size
-    cells = grid[0] * grid[1]
+    preview = pipe.preview_grid(grid)
+    before = 0 if preview is None else preview[0] * preview[1]
+    cells = before + grid[0] * grid[1]
     sequences = torch.tensor(list(itertools.product(range(vocab), repeat=cells)))
     guided = guidance_scale is not None
-    prefix = pipe.encode_prompts([prompt] * len(sequences), None, grid, guided)
-    logits = full_sequence_logits(pipe, prefix, sequences.view(-1, *grid), guidance_scale)
-    probs = policy.probs(logits).gather(-1, sequences[..., None]).squeeze(-1).prod(-1).double()
-    return {tuple(seq.tolist()): float(p) for seq, p in zip(sequences, probs, strict=True) if p > 0}
+    joint = {}
+    for chunk in sequences.split(ENUMERATION_CHUNK):
+        prefix = pipe.encode_prompts([prompt] * len(chunk), None, grid, guided)
+        previews = None if preview is None else chunk[:, :before].reshape(-1, *preview)
+        logits = full_sequence_logits(
+            pipe, prefix, chunk[:, before:].reshape(-1, *grid), guidance_scale, preview_codes=previews
+        )
+        probs = policy.probs(logits).gather(-1, chunk[..., None]).squeeze(-1).prod(-1).double()
+        joint.update({tuple(seq.tolist()): float(p) for seq, p in zip(chunk, probs, strict=True) if p > 0})
+    return joint
+
+
+def drawn(out) -> torch.Tensor:
+    """`[N, cells]`: every code a pipeline call decoded per image, the preview grid's first (GLM-Image)."""
+    codes = out.codes.flatten(1)
+    return codes if out.preview_codes is None else torch.cat([out.preview_codes.flatten(1), codes], 1)
 
 
 def goodness_of_fit(samples: torch.Tensor, exact: dict[tuple, float], min_expected: float = 5.0) -> float:

@@ -17,6 +17,7 @@ __all__ = [
     "ARPipelineOutput",
     "Drafter",
     "Emu3Pipeline",
+    "GlmImagePipeline",
     "JanusPipeline",
     "Limits",
     "LuminaMGPTPipeline",
@@ -51,7 +52,14 @@ if typing.TYPE_CHECKING:
     from . import samplers
     from .builtin import available_models, load
     from .limits import Limits
-    from .pipelines import ARPipeline, ARPipelineOutput, Emu3Pipeline, JanusPipeline, LuminaMGPTPipeline
+    from .pipelines import (
+        ARPipeline,
+        ARPipelineOutput,
+        Emu3Pipeline,
+        GlmImagePipeline,
+        JanusPipeline,
+        LuminaMGPTPipeline,
+    )
     from .presets import available_presets, random_pipeline
     from .session import Drafter
 

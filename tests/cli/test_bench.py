@@ -11,12 +11,15 @@ from arjet.cli import main
 from arjet.presets import PRESETS
 from arjet.testing import tiny_pipeline
 
+from families import all_cells, decoded_grids
+
 NEW_COLUMNS = "| ms / forward | floor ms / forward | x floor |"
 
 
 def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     grid = (4, 4) if family == "janus" else (3, 4)
-    tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0).save_pretrained(tmp_path / "model")
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
+    pipe.save_pretrained(tmp_path / "model")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\na blue square on a green background\n")
     code = main(
@@ -51,9 +54,10 @@ def test_bench_cli_prints_the_table_and_writes_json(family, tmp_path, capsys):
     for row in rows.values():
         for key in ("forward_passes", "step_compression", "seconds", "latency_speedup", "peak_memory_mb"):
             assert key in row
-    assert rows["ar"]["step_compression"] == 1.0 and rows["ar"]["forward_passes"] == grid[0] * grid[1]
-    lag = 1  # zipar:w=2 starts the next row after w - 1 codes (the Lumina-mGPT schedule)
-    assert rows["zipar:w=2"]["forward_passes"] == (grid[0] - 1) * lag + grid[1]
+    assert rows["ar"]["step_compression"] == 1.0 and rows["ar"]["forward_passes"] == all_cells(pipe, grid)
+    lag = 1  # zipar:w=2 starts the next row after w - 1 codes (the Lumina-mGPT schedule), on every grid
+    zipar = sum((height - 1) * lag + width for height, width in decoded_grids(pipe, grid))
+    assert rows["zipar:w=2"]["forward_passes"] == zipar
     assert len(result["images"]) == 8 and {"prompt", "seed", "seconds", "floor_ms"} <= set(
         result["images"][0]
     )
@@ -77,6 +81,18 @@ def _check_floor_columns(result: dict) -> None:
 def test_unknown_sampler_fails_before_loading(capsys):
     assert main(["bench", "--samplers", "ar,warp", "--model", "/nonexistent"]) == 2
     assert "unknown sampler 'warp'" in capsys.readouterr().err
+
+
+def test_bench_times_glm_image_at_a_scaled_down_size(monkeypatch, capsys):
+    """`--arch glm-image`'s builder, code path and both stages, at a scaled-down size: the bench times the AR
+    stage (a 2x2 preview grid, then the 2x2 codes of 64 px) and says so in its table."""
+    monkeypatch.setitem(PRESETS, "small-glm-image", small_preset("glm-image"))
+    args = ["bench", "--arch", "small-glm-image", "--random-weights", "--device", "cpu", "--n", "1"]
+    assert main([*args, "--samplers", "sjd:window=3;sjd-pac", "--height", "64", "--width", "64"]) == 0
+    printed = capsys.readouterr().out
+    assert "(small-glm-image, random weights, torch.float32)" in printed
+    rows = [line for line in printed.splitlines() if line.startswith("| ar |")]
+    assert rows and rows[0].split("|")[2].strip() == "8.0"  # forward passes: 4 + 4 codes
 
 
 def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys):
@@ -119,12 +135,12 @@ def test_bench_times_a_random_weight_architecture(tmp_path, monkeypatch, capsys)
         ),
         (
             ["--random-weights"],
-            "--random-weights needs --arch NAME, one of emu3-gen, janus-pro-1b, janus-pro-7b, lumina",
+            "--random-weights needs --arch NAME, one of emu3-gen, glm-image, janus-pro-1b, janus-pro-7b, lumina",
         ),
         (["--arch", "janus-pro-7b", "--random-weights", "--model", "shapes"], "pass either --model"),
         (
             ["--arch", "gpt-5", "--random-weights"],
-            "unknown architecture 'gpt-5'; choose one of emu3-gen, janus-pro-1b",
+            "unknown architecture 'gpt-5'; choose one of emu3-gen, glm-image, janus-pro-1b",
         ),
         (
             ["--arch", "janus-pro-7b", "--random-weights", "--height", "0"],

@@ -49,6 +49,23 @@ def test_generate_writes_the_image_and_prints_json_stats(saved, tmp_path, capsys
         np.testing.assert_array_equal(np.asarray(image.convert("RGB")), np.asarray(expected))
 
 
+def test_generate_runs_a_glm_image_folder_through_both_stages(tmp_path, capsys):
+    """A folder laid out as zai-org/GLM-Image: the AR stage decodes the preview and target grids, the
+    diffusion stage paints the image (64 x 96 px for 2 x 3 codes), the same as the Python API's."""
+    folder = tmp_path / "tiny-glm-image"
+    pipe = tiny_pipeline("glm_image", grid=(2, 3), vocab_size=8, logit_scale=3.0)
+    pipe.save_pretrained(folder)
+    out = tmp_path / "glm.png"
+    argv = ["generate", PROMPT, "--model", str(folder), "--sampler", "mc-sjd", "--seed", "2", "--json"]
+    assert cli.main([*argv, "--device", "cpu", "--out", str(out)]) == 0
+    (stat,) = json.loads(capsys.readouterr().out)["stats"]
+    assert stat["tokens"] == 2 + 6 and stat["preview_grid"] == [1, 2]
+    expected = pipe(PROMPT, sampler="mc-sjd", seed=2).images[0]
+    with PIL.Image.open(out) as image:
+        assert image.size == expected.size == (96, 64)
+        np.testing.assert_array_equal(np.asarray(image.convert("RGB")), np.asarray(expected))
+
+
 def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
     folder, _ = saved
     out = tmp_path / "x.png"

@@ -9,7 +9,7 @@ import torch
 from arjet.engine import Cancelled, Engine, QueueFull
 from arjet.testing import tiny_pipeline
 
-GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
+GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3, 5)}
 PROMPTS = [
     "a red circle",
     "a blue square on a green background",
@@ -39,13 +39,15 @@ def test_a_request_decodes_as_it_would_alone_whatever_the_arrival_order(family, 
     pipe = _pipe(family)
     seeds = [10 + i for i in range(len(PROMPTS))]
     alone = _alone(pipe, sampler, seeds)
+    preview = pipe.preview_grid(GRIDS[family])
+    preview_cells = 0 if preview is None else preview[0] * preview[1]
     for lanes, order in ((1, [0, 1, 2, 3, 4]), (3, [4, 3, 2, 1, 0]), (3, [2, 0, 4, 1, 3])):
         with Engine(pipe, lanes=lanes, prompt_tokens=32) as engine:
             requests = {i: engine.submit(PROMPTS[i], sampler=sampler, seed=seeds[i]) for i in order}
             results = {i: request.result(timeout=120) for i, request in requests.items()}
         for i, codes in enumerate(alone):
             assert torch.equal(results[i].codes, codes), (lanes, order, i)
-            assert results[i].stats.tokens == codes.numel()
+            assert results[i].stats.tokens == codes.numel() + preview_cells
 
 
 def test_mixed_samplers_share_one_engine():
@@ -65,6 +67,20 @@ def test_mixed_samplers_share_one_engine():
         results = [request.result(timeout=120) for request in submitted]
     for result, codes in zip(results, expected, strict=True):
         assert torch.equal(result.codes, codes)
+
+
+def test_a_family_with_a_preview_grid_runs_as_whole_calls_exactly():
+    """GLM-Image decodes a preview grid, then the target: the engine runs its requests (adaptive ones with
+    the adaptive mode's widest sampler) as `pipe(...)` calls, each image as it would decode alone."""
+    pipe = _pipe("glm_image")
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        requests = [engine.submit(p, sampler="adaptive", seed=i) for i, p in enumerate(PROMPTS[:3])]
+        results = [request.result(timeout=120) for request in requests]
+    assert engine.stats.steps == 0 and engine.stats.images == 3  # no lane stepped
+    for i, result in enumerate(results):
+        alone = pipe(PROMPTS[i], sampler="mc-sjd:window=16", seed=i, output_type="latent").codes[0]
+        assert torch.equal(result.codes, alone)
+        assert result.stats.sampler == "adaptive"
 
 
 def test_finished_lanes_are_refilled_at_the_next_step():

@@ -11,6 +11,9 @@ import arjet
 from arjet.session import LlamaStackDecoder
 from arjet.testing import tiny_pipeline
 
+from families import all_cells
+from stats import drawn
+
 GRID = (3, 3)
 PROMPTS = ["a red circle left of a blue square", "three green triangles"]
 
@@ -55,14 +58,15 @@ def test_stats_count_the_forwards_actually_run(pipe, monkeypatch):
 
     monkeypatch.setattr(LlamaStackDecoder, "forward", forward)
     out = pipe(PROMPTS, seed=0)
-    cells = GRID[0] * GRID[1]
-    assert len(calls) == cells  # prefill + one forward for every later cell
+    cells = all_cells(pipe, GRID)  # a preview grid's too (GLM-Image)
+    before = cells - GRID[0] * GRID[1]
+    assert len(calls) == cells  # each grid's prefill + one forward for every later cell
     for stat in out.stats:
         assert stat.forward_passes == cells and stat["forward_passes"] == cells
         assert stat.tokens == cells and stat.accepted_per_step == [1] * cells
         assert stat.seconds > 0 and stat.compression == 1.0
         assert stat.commit_step.shape == GRID and stat.commit_step.flatten().tolist() == list(
-            range(1, cells + 1)
+            range(before + 1, cells + 1)
         )
 
 
@@ -111,7 +115,7 @@ def test_callback_sees_partial_codes_and_can_interrupt(pipe):
     )
     assert len(seen) == 4
     assert (seen[0] >= 0).sum() == 1 and (seen[-1] >= 0).sum() == 4
-    assert (out.codes >= 0).sum() == 4  # stopped early: the rest stays -1 and is painted grey
+    assert (drawn(out) >= 0).sum() == 4  # stopped early: the rest stays -1 and is painted grey
     assert out.images[0].size[0] == GRID[1] * _downsample(pipe)
 
 
@@ -183,6 +187,13 @@ FAMILY_BAD_INPUTS = {
         (dict(height=128, width=96), "height=128, width=96 is 12288 pixels.*at most 96x96 = 9216"),
         (dict(height=32, width=160), "aspect ratio of 5.*aspect ratios up to 4"),
         (dict(aspect_ratio="1:1"), "LuminaMGPTPipeline does not take an aspect_ratio"),
+    ],
+    # GLM-Image: any multiple of 32 px whose preview grid (about 2x2 codes for the tiny model) is not empty
+    "glm_image": [
+        (dict(width=48), "width must be a positive multiple of 32 pixels .GLM-Image's code grid., got 48"),
+        (dict(height=32, width=160), "too elongated.*within 4:1"),
+        (dict(aspect_ratio="1:1"), "GlmImagePipeline does not take an aspect_ratio"),
+        (dict(guidance_scale=3.0), "GlmImagePipeline's AR stage has no classifier-free guidance"),
     ],
 }
 
@@ -259,7 +270,7 @@ def test_negative_prompt_only_where_the_family_uses_it(pipe, monkeypatch):
 def test_progress_bar_advances_to_every_cell(pipe):
     stream = io.StringIO()
     pipe.set_progress_bar_config(disable=False, file=stream, mininterval=0, ascii=True)
-    cells = GRID[0] * GRID[1]
+    cells = all_cells(pipe, GRID)
     pipe(PROMPTS, seed=0)
     assert f"{2 * cells}/{2 * cells}" in stream.getvalue()
     pipe.set_progress_bar_config(disable=True)

@@ -170,13 +170,15 @@ CONTROL_TEXT = {
         "<|endoftext|>",
     ],
     "lumina_mgpt": ["<racm3:break>", "<reserved08706>", "</s>", "<s>", "<eoss>"],
+    "glm_image": ["<sop>", "<eop>", "<|image_start|>", "<|image_3|>", "[gMASK]"],
 }
 
 
 def _control_ids(pipe, ids: list[int]) -> list[int]:
     """The ids of control tokens in `ids` (the unknown token, which plain text may become, is not one)."""
-    specials = set(pipe.tokenizer.convert_tokens_to_ids(control_tokens(pipe.tokenizer)))
-    specials.discard(pipe.tokenizer.unk_token_id)
+    tokenizer = pipe.text_tokenizer
+    specials = set(tokenizer.convert_tokens_to_ids(control_tokens(tokenizer)))
+    specials.discard(tokenizer.unk_token_id)
     return [i for i in ids if i in specials]
 
 

@@ -20,7 +20,7 @@ SAMPLERS = [
     SJDPAC(window=9, tree_width=2),
     SJDPAC(window=14, init="sample_vertical", coupling=False),
 ]
-GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
+GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3, 5)}
 
 
 def _codes(pipe, sampler, **kwargs):

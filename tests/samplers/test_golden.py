@@ -20,15 +20,18 @@ import arjet
 from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_drafter, tiny_pipeline
 
+from families import guided
+from stats import drawn
+
 GOLDEN = Path(__file__).with_name("golden_codes.json")
 PROMPTS = ["a red circle left of a blue square", "a green triangle"]
 SEEDS = [11, 12, 13]  # three images: the first prompt twice, then the second (batch > 1, mixed prompts)
-TINY_GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5)}
+TINY_GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3, 5)}
 SAMPLING = {  # name -> pipe(...) keyword arguments shaping the target distribution
     "cfg": dict(guidance_scale=3.0, temperature=0.9, top_k=8),
     "top_p": dict(guidance_scale=2.0, temperature=1.1, top_p=0.7),
     "greedy": dict(guidance_scale=3.0, temperature=0.0),
-}
+}  # a family without CFG (GLM-Image) decodes the same settings unguided
 # specs on the tiny pipelines: every registered name at its defaults, then the paths defaults do not take
 TINY_SPECS = [
     ("ar", "cfg"),
@@ -99,8 +102,10 @@ def _codes(model: str, spec: str, sampling: str) -> list[list[int]]:
         pipe, kwargs = _builtin(model), {}
     else:
         pipe, kwargs = _tiny(model), SAMPLING[sampling]
+        if not guided(model):
+            kwargs = {**kwargs, "guidance_scale": None}
     out = pipe([PROMPTS[0], PROMPTS[0], PROMPTS[1]], sampler=spec, seed=SEEDS, output_type="latent", **kwargs)
-    return out.codes.flatten(1).tolist()
+    return drawn(out).tolist()  # a preview grid's codes first (GLM-Image)
 
 
 @functools.cache

@@ -29,24 +29,32 @@ from arjet.samplers.random import sample as sampler_sample
 from arjet.samplers.sjd_pac import tree_nodes
 from arjet.testing import tiny_drafter, tiny_pipeline
 
-from stats import exact_joint, goodness_of_fit
+from families import guidance_of, statistical_logit_scale
+from stats import drawn, exact_joint, goodness_of_fit
 
 PROMPT = "a red circle left of a blue square"
-GUIDANCE, POLICY = 3.0, LogitsPolicy(temperature=0.8, top_k=3)
+POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 SAMPLES = 4000
 # About 50 tests share this file: a lossless sampler must not fail any of them by chance (family-wise false
 # alarm ~5e-4), while every negative control below lands far under REJECT_BELOW (see each test).
 ALPHA = 1e-5
 REJECT_BELOW = 1e-6
-GRIDS = {"janus": (2, 2), "emu3": (2, 3), "lumina_mgpt": (2, 3)}  # Janus decodes square grids only
-LOGIT_SCALES = {"janus": 3.0, "emu3": 3.0, "lumina_mgpt": 6.0}  # peaky enough for the negative controls
+# Janus decodes square grids only; GLM-Image decodes a 1 x 2 preview grid before its 2 x 3 one, unguided (it
+# has no CFG: every GLM-Image draw below runs without guidance)
+GRIDS = {"janus": (2, 2), "emu3": (2, 3), "lumina_mgpt": (2, 3), "glm_image": (2, 3)}
+LOGIT_SCALES = {  # peaky enough for the negative controls
+    "janus": 3.0,
+    "emu3": 3.0,
+    "lumina_mgpt": 6.0,
+    "glm_image": statistical_logit_scale("glm_image"),
+}
 
 
 @functools.cache
 def _setup(family):
     grid = GRIDS[family]
     pipe = tiny_pipeline(family, grid=grid, vocab_size=4, logit_scale=LOGIT_SCALES[family])
-    return pipe, exact_joint(pipe, PROMPT, grid, POLICY, GUIDANCE)
+    return pipe, exact_joint(pipe, PROMPT, grid, POLICY, guidance_of(pipe))
 
 
 def _draw(pipe, sampler, samples=SAMPLES, seed=0, policy=POLICY):
@@ -55,13 +63,13 @@ def _draw(pipe, sampler, samples=SAMPLES, seed=0, policy=POLICY):
         sampler=sampler,
         num_images_per_prompt=samples,
         seed=seed,
-        guidance_scale=GUIDANCE,
+        guidance_scale=guidance_of(pipe),
         temperature=policy.temperature,
         top_k=policy.top_k,
         top_p=policy.top_p,
         output_type="latent",
     )
-    return out.codes.flatten(1)
+    return drawn(out)
 
 
 def test_ar_itself_matches_the_exact_distribution(family):
@@ -80,7 +88,7 @@ def test_sjd_is_lossless_in_a_batch(family, init, coupling):
 def test_sjd_is_lossless_with_top_p(family):
     pipe, _ = _setup(family)
     policy = LogitsPolicy(temperature=1.2, top_p=0.8)
-    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, GUIDANCE)
+    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, guidance_of(pipe))
     sampler = SJD(window=3, init="sample_horizontal", coupling=True)
     assert goodness_of_fit(_draw(pipe, sampler, policy=policy), exact) > ALPHA
 
@@ -105,13 +113,13 @@ def test_one_image_at_a_time_decodes_exactly_as_in_a_batch(family, sampler):
         sampler=sampler,
         seed=seeds,
         num_images_per_prompt=len(seeds),
-        guidance_scale=GUIDANCE,
+        guidance_scale=guidance_of(pipe),
         temperature=POLICY.temperature,
         top_k=POLICY.top_k,
         output_type="latent",
     )
     singles = [_draw(pipe, sampler, samples=1, seed=seed) for seed in seeds]
-    assert torch.equal(torch.cat(singles), batch.codes.flatten(1))
+    assert torch.equal(torch.cat(singles), drawn(batch))
 
 
 @pytest.mark.parametrize(
@@ -186,7 +194,7 @@ def test_negative_control_a_wrong_rule_is_rejected(family, sampler):
 
 
 @pytest.mark.parametrize("wrong", list(WRONG_MATHS))
-@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt"])
+@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt", "glm_image"])
 def test_negative_control_wrong_speculative_maths_is_rejected(grid_family, wrong, monkeypatch):
     """Janus's square 2x2 grid leaves SJD too few verifications for these small biases to show at this
     sample size; the 2x3 grids expose them (p < 1e-14 when this was written). Coupling without the residual
@@ -223,7 +231,7 @@ def test_sjd_pac_with_guessed_drafts_is_lossless(family, init):
 def test_sjd_pac_is_lossless_with_top_p(family):
     pipe, _ = _setup(family)
     policy = LogitsPolicy(temperature=1.2, top_p=0.8)
-    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, GUIDANCE)
+    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, guidance_of(pipe))
     sampler = SJDPAC(window=14, tree_width=3, tree_depth=3, init="sample_horizontal")
     assert goodness_of_fit(_draw(pipe, sampler, policy=policy), exact) > ALPHA
 
@@ -329,7 +337,7 @@ def _one_tree_setup(policy):
     scale 8) that what a window does after its first code depends on that code: where the controls bite."""
     grid = (1, 3)
     pipe = tiny_pipeline("emu3", grid=grid, vocab_size=4, logit_scale=8.0)
-    return pipe, exact_joint(pipe, PROMPT, grid, policy, GUIDANCE)
+    return pipe, exact_joint(pipe, PROMPT, grid, policy, guidance_of(pipe))
 
 
 NO_TOP_K = LogitsPolicy(
@@ -345,7 +353,7 @@ def test_sjd_pac_is_lossless_where_the_controls_are_not(tree, policy):
     assert goodness_of_fit(_draw(pipe, ONE_TREE[tree], samples=2 * SAMPLES, policy=policy), exact) > ALPHA
 
 
-@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt"])
+@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt", "glm_image"])
 def test_negative_control_sjd_pac_continuation_commits_is_rejected(grid_family, monkeypatch):
     """Measured when written (SAMPLES draws): p = 0 on both, as the rule commits codes outside the top-k
     support of their true conditional (joint TV to exact 0.20 / 0.18 against 0.16 / 0.14 for sjd-pac
@@ -405,7 +413,7 @@ def test_eagle_is_lossless_in_a_batch(family, width, depth, window):
 def test_eagle_is_lossless_with_top_p(family):
     pipe, _ = _drafted(family)
     policy = LogitsPolicy(temperature=1.2, top_p=0.8)
-    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, GUIDANCE)
+    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, guidance_of(pipe))
     assert (
         goodness_of_fit(_draw(pipe, Eagle(window=6, tree_width=2, tree_depth=2), policy=policy), exact)
         > ALPHA

@@ -5,6 +5,8 @@ from arjet import samplers
 from arjet.samplers import SJD
 from arjet.testing import tiny_pipeline
 
+from families import all_cells
+
 
 @pytest.mark.parametrize("window", [0, -2, 1.5, True])
 def test_bad_window_is_rejected(window):
@@ -39,7 +41,7 @@ def test_each_image_commits_its_own_number_of_tokens(family):
     traces = [s.accepted_per_step for s in out.stats]
     assert len(set(map(tuple, traces))) > 1  # ragged: no min over the batch
     for stat in out.stats:
-        assert sum(stat.accepted_per_step) == stat.tokens == grid[0] * grid[1]
+        assert sum(stat.accepted_per_step) == stat.tokens == all_cells(pipe, grid)
         # one entry per forward pass: the prefill commits cell 0, every later forward at least one cell
         assert len(stat.accepted_per_step) == stat.forward_passes
         assert stat.commit_step.max() == stat.forward_passes

@@ -7,6 +7,7 @@ from arjet.samplers import SJD, ZipAR
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
+from families import all_cells, decoded_grids, guidance
 from reference import full_sequence_logits
 
 GRID = (3, 4)
@@ -17,29 +18,35 @@ def _pipe(family, num_layers=2):
     return tiny_pipeline(family, grid=grid, vocab_size=8, logit_scale=3.0, num_layers=num_layers), grid
 
 
+def _lumina_passes(grid, w):
+    return (grid[0] - 1) * min(w - 1, grid[1]) + grid[1]
+
+
 @pytest.mark.parametrize("w", [2, 3, 4, 5, 9])
 def test_forward_passes_follow_the_lumina_schedule(family, w):
     """Row r+1's column c comes out of the forward that gives row r's column c + w - 1 (the prefill, forward 1,
-    gives cell 0)."""
+    gives cell 0). A preview grid (GLM-Image) is decoded on the same schedule first."""
     pipe, (height, width) = _pipe(family)
     out = pipe(["a red circle", "green star"], sampler=ZipAR(w=w), seed=0)
     lag = min(w - 1, width)
-    expected = (height - 1) * lag + width
+    expected = sum(_lumina_passes(grid, w) for grid in decoded_grids(pipe, (height, width)))
     assert [s.forward_passes for s in out.stats] == [expected, expected]
+    before = expected - _lumina_passes((height, width), w)  # the preview grid's forwards
     commit_step = out.stats[0].commit_step
     for row in range(height):
-        assert commit_step[row].tolist() == [row * lag + 1 + col for col in range(width)]
+        assert commit_step[row].tolist() == [before + row * lag + 1 + col for col in range(width)]
 
 
 def test_forward_passes_follow_the_llamagen_schedule(family):
     """Row 0 alone, row 1 once row 0 is complete, later rows `w` codes behind the row above."""
     pipe, (height, width) = _pipe(family)
     out = pipe("a red circle", sampler=ZipAR(w=2, schedule="llamagen"), seed=0)
-    commit_step = out.stats[0].commit_step
+    before = out.stats[0].extra.get("preview_forward_passes", 0)
+    commit_step = out.stats[0].commit_step - before
     assert commit_step[0].tolist() == [1 + col for col in range(width)]
     for row in range(1, height):
         assert commit_step[row].tolist() == [1 + width + (row - 1) * 2 + col for col in range(width)]
-    assert out.stats[0].forward_passes == (height - 2) * 2 + 2 * width
+    assert out.stats[0].forward_passes - before == (height - 2) * 2 + 2 * width
 
 
 @pytest.mark.parametrize(
@@ -67,7 +74,8 @@ def test_default_window_size_follows_the_grid_width():
 class _Spy:
     """Records every logits call of a session together with the logits it returned."""
 
-    def __init__(self):
+    def __init__(self, grid):
+        self.grid = grid  # the grid whose calls it records (not a preview grid decoded before it)
         self.calls = []
 
     def install(self, monkeypatch):
@@ -77,7 +85,8 @@ class _Spy:
             out = original(session, cells, codes, ephemeral, group, **kwargs)
             ephemeral = torch.zeros_like(cells, dtype=torch.bool) if ephemeral is None else ephemeral
             group = torch.zeros_like(cells) if group is None else group
-            self.calls.append((cells.clone(), codes.clone(), ephemeral.clone(), group.clone(), out))
+            if session.grid == self.grid:
+                self.calls.append((cells.clone(), codes.clone(), ephemeral.clone(), group.clone(), out))
             return out
 
         monkeypatch.setattr(DecodingSession, "logits", logits)
@@ -119,17 +128,20 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
     also carry the context it had when it was fed, as in every KV-cached ZipAR."""
     pipe, grid = _pipe(family, num_layers=1)
     height, width = grid
-    spy = _Spy()
+    spy = _Spy(grid)
     spy.install(monkeypatch)
     snapshots = []  # the decoded state after each commit: cell 0 (from the prefill), then each forward
 
     def record(p, step, timestep, tensors):
-        snapshots.append(tensors["codes"].flatten(1).clone())
+        if tuple(tensors["codes"].shape[1:]) == grid:  # not the preview grid decoded before it
+            snapshots.append(tensors["codes"].flatten(1).clone())
         return tensors
 
-    out = pipe("a red circle", sampler=sampler, seed=3, guidance_scale=3.0, callback_on_step_end=record)
+    scale = guidance(family)
+    out = pipe("a red circle", sampler=sampler, seed=3, guidance_scale=scale, callback_on_step_end=record)
     final = out.codes.flatten(1)
-    prefix = pipe.encode_prompts(["a red circle"], None, grid, guided=True)
+    before = 0 if out.preview_codes is None else out.preview_codes[0].numel()  # the reference's preview cells
+    prefix = pipe.encode_prompts(["a red circle"], None, grid, guided=scale is not None)
     predicted = set()
     assert len(spy.calls) == len(snapshots) - 1  # one forward per step
     for (cells, codes, ephemeral, group, logits), known in zip(spy.calls, snapshots, strict=False):
@@ -141,9 +153,16 @@ def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, mo
             for slot, code in _visible_inputs(cells[0], codes[0], ephemeral[0], group[0], query).items():
                 sequence[0, slot] = code
                 visible.add(slot)
-            hidden = tuple(c for c in range(cell) if c not in visible)
-            reference = full_sequence_logits(pipe, prefix, sequence.view(1, *grid), 3.0, hidden_cells=hidden)
-            torch.testing.assert_close(logits[0, query], reference[0, cell], atol=1e-4, rtol=1e-4)
+            hidden = tuple(before + c for c in range(cell) if c not in visible)
+            reference = full_sequence_logits(
+                pipe,
+                prefix,
+                sequence.view(1, *grid),
+                scale,
+                hidden_cells=hidden,
+                preview_codes=out.preview_codes,
+            )
+            torch.testing.assert_close(logits[0, query], reference[0, before + cell], atol=1e-4, rtol=1e-4)
             predicted.add(cell)
     assert predicted == set(range(1, height * width))
 
@@ -154,7 +173,7 @@ def test_verified_zipar_rows_advance_by_windows(family):
     verified = pipe("a red circle", sampler=ZipAR(w=2, verify=SJD(window=3)), seed=0, temperature=0)
     assert verified.codes.shape == plain.codes.shape
     assert max(max(s.accepted_per_step) for s in verified.stats) >= 1
-    assert verified.stats[0].tokens == grid[0] * grid[1]
+    assert verified.stats[0].tokens == all_cells(pipe, grid)
 
 
 @pytest.mark.parametrize("bad", [0, 1, -1, 2.5, True])

@@ -7,6 +7,7 @@ import torch
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
+from families import cfg_for
 from reference import full_sequence_logits
 
 GRID = (3, 3)
@@ -25,7 +26,8 @@ TREE = [
 ]
 
 
-def _setup(family, guided=True):
+def _setup(family, guided=None):
+    guided = cfg_for(family, guided)
     pipe = tiny_pipeline(family, grid=GRID, vocab_size=8, logit_scale=3.0)
     prompts = ["a red circle left of a blue square", "green star"]
     prefix = pipe.encode_prompts(prompts, None, GRID, guided)

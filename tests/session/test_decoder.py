@@ -20,8 +20,12 @@ def _narrow_spans(monkeypatch):
 
 
 def _session(pipe, decoder=None, prompts=("a red circle", "green star")):
-    prefix = pipe.encode_prompts(list(prompts), None, GRID, True)
-    return DecodingSession(pipe.session_adapter(), pipe.image_layout(GRID), prefix, 3.0, decoder=decoder)
+    scale = pipe.checkpoint_guidance_scale()  # 1: no CFG (GLM-Image)
+    guided = scale != 1
+    prefix = pipe.encode_prompts(list(prompts), None, GRID, guided)
+    return DecodingSession(
+        pipe.session_adapter(), pipe.image_layout(GRID), prefix, 3.0 if guided else None, decoder=decoder
+    )
 
 
 def _codes(batch=2):

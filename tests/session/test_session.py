@@ -6,13 +6,15 @@ import torch
 from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
+from families import cfg_for
 from reference import full_sequence_logits
 
 GRID = (3, 3)
 TOL = dict(atol=1e-4, rtol=1e-4)
 
 
-def _setup(family, guided=True, prompts=("a red circle left of a blue square", "green star")):
+def _setup(family, guided=None, prompts=("a red circle left of a blue square", "green star")):
+    guided = cfg_for(family, guided)
     pipe = tiny_pipeline(family, grid=GRID, vocab_size=8, logit_scale=3.0)
     prefix = pipe.encode_prompts(list(prompts), None, GRID, guided)
     scale = 3.0 if guided else None

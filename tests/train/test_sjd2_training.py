@@ -12,15 +12,20 @@ from arjet.cli import main
 from arjet.testing import tiny_pipeline
 
 from ports import free_port
+from stats import drawn
 
 
-def _data_set(folder, size, count=4):
+def _data_set(folder, size, count=4, images=True):
+    """Prompt / image records; without `images`, prompts alone (trained on the model's own codes)."""
     height, width = size
     lines = []
     for i in range(count):
-        pixels = np.random.default_rng(i).integers(0, 256, (height, width, 3), dtype=np.uint8)
-        PIL.Image.fromarray(pixels).save(folder / f"{i}.png")
-        lines.append(json.dumps({"prompt": f"a red circle number {i}", "image": f"{i}.png"}))
+        record = {"prompt": f"a red circle number {i}"}
+        if images:
+            pixels = np.random.default_rng(i).integers(0, 256, (height, width, 3), dtype=np.uint8)
+            PIL.Image.fromarray(pixels).save(folder / f"{i}.png")
+            record["image"] = f"{i}.png"
+        lines.append(json.dumps(record))
     (folder / "data.jsonl").write_text("\n".join(lines))
     return folder / "data.jsonl"
 
@@ -28,7 +33,8 @@ def _data_set(folder, size, count=4):
 def _fine_tune(tmp_path, family, *extra):
     base = tiny_pipeline(family, grid=(2, 2) if family == "janus" else (2, 3), vocab_size=8)
     base.save_pretrained(tmp_path / "base")
-    data = _data_set(tmp_path, base.default_size())
+    # GLM-Image trains on its own codes: arjet does not run its image tokenizer (its vision encoder)
+    data = _data_set(tmp_path, base.default_size(), images=family != "glm_image")
     args = ["train", "sjd2", "--base", str(tmp_path / "base"), "--out", str(tmp_path / "out"), "--data", str(data),
             "--batch-size", "2", "--max-steps", "2", "--levels", "2", "--bf16", "false", *extra]  # fmt: skip
     assert main(args) == 0
@@ -59,7 +65,19 @@ def test_fine_tune_of_each_family_gives_an_sjd2_checkpoint(tmp_path, family, lor
     else:
         assert changed - attention  # a full fine-tune trains the rest too
     out = tuned("a red circle", sampler="sjd2", seed=0, output_type="latent")
-    assert out.stats[0].tokens == out.codes[0].numel()
+    assert out.stats[0].tokens == drawn(out)[0].numel()  # a preview grid's codes too
+
+
+def test_glm_image_trains_on_its_own_codes_only(tmp_path, capsys):
+    """arjet does not run GLM-Image's image tokenizer (its vision encoder): image records are refused by name,
+    and prompt records train the preview and target grids on the codes the base model samples itself."""
+    base = tiny_pipeline("glm_image", grid=(2, 3), vocab_size=8)
+    base.save_pretrained(tmp_path / "base")
+    data = _data_set(tmp_path, base.default_size())
+    args = ["train", "sjd2", "--base", str(tmp_path / "base"), "--out", str(tmp_path / "out"), "--data", str(data),
+            "--max-steps", "1", "--bf16", "false"]  # fmt: skip
+    assert main(args) == 2
+    assert "GlmImagePipeline trains on its own codes" in capsys.readouterr().err
 
 
 def test_images_of_another_size_are_refused_by_name(tmp_path, capsys):

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import gradio as gr
@@ -239,6 +240,17 @@ def _run(
     except (ValueError, FileNotFoundError) as error:
         raise _refused(str(error)) from None
     notice = _unknown_words_notice(pipe, request.prompt)
+    if not pipe.classifier_free_guidance and request.sampling.guidance_scale not in (None, 1):
+        request = replace(request, sampling=replace(request.sampling, guidance_scale=None))
+        notice = " ".join(
+            filter(
+                None,
+                [
+                    notice,
+                    f"{model} has no classifier-free guidance in its AR stage: the CFG scale is not used.",
+                ],
+            )
+        )
     if notice:
         gr.Warning(notice)
     runs = [request.sampler] + (["ar"] if with_ar and request.sampler != "ar" else [])  # ar once is enough
@@ -305,7 +317,7 @@ def _options_info(sampler: str) -> str:
 
 
 def _unknown_words_notice(pipe, prompt: str) -> str:
-    words = unknown_words(pipe.tokenizer, prompt)
+    words = unknown_words(pipe.text_tokenizer, prompt)
     if not words:
         return ""
     return f"The model does not know {', '.join(map(repr, words))}; it reads each as its unknown token."

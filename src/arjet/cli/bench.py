@@ -21,7 +21,7 @@ from .options import (
     json_text,
     load_pipeline,
     parse_specs,
-    sampling_options,
+    sampling_kwargs,
 )
 
 DESCRIPTION = """Time samplers side by side: forward passes, step compression, seconds and latency speedup
@@ -166,12 +166,12 @@ def run(args: argparse.Namespace) -> int:
     plot = checks.output_file("--plot", args.plot, suffixes=(".png",)) if args.plot is not None else None
     specs = parse_specs(args.samplers, modes=("adaptive",) if throughput else ())  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
-    sampling = sampling_options(args)
+    sampling = sampling_kwargs(args)  # checked here, before any model loads
     compile = compile_argument(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir, data_dir_option="--data-dir")
 
     # 2. the model, then the bench
-    call = {**sampling.kwargs(), "height": args.height, "width": args.width, "compile": compile}
+    call = {**sampling, "height": args.height, "width": args.width, "compile": compile}
     call = {key: value for key, value in call.items() if value is not None}
     if throughput:
         return _throughput(args, arch, specs, prompts, call, path, plot, print_json)
@@ -349,7 +349,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
 def _note_unknown_words(pipe, prompts: list[str]) -> None:
     from ..pipelines.prompts import unknown_words
 
-    count = sum(bool(unknown_words(pipe.tokenizer, prompt)) for prompt in prompts)
+    count = sum(bool(unknown_words(pipe.text_tokenizer, prompt)) for prompt in prompts)
     if count:
         print(
             f"note: {count} of {len(prompts)} prompts have words outside the random model's small vocabulary; each "

@@ -129,9 +129,10 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--temperature",
         type=types.float_type(0.0),
-        default=1.0,
+        default=None,
         metavar="T",
-        help="sampling temperature; 0 = greedy (default 1)",
+        help="sampling temperature; 0 = greedy (default: the model's, 1 but for GLM-Image's generation config; "
+        "`arjet eval` records 1)",
     )
     parser.add_argument(
         "--top-k",
@@ -145,7 +146,8 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         type=types.float_type(0.0, 1.0, exclusive_minimum=True),
         default=None,
         metavar="P",
-        help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off)",
+        help="nucleus sampling: the most likely codes holding probability P, in (0, 1] (default: off but for "
+        "GLM-Image's generation config)",
     )
 
 
@@ -237,7 +239,17 @@ def sampling_options(args: argparse.Namespace):
     overflow is refused here, before any model is loaded)."""
     from ..samplers import SamplingOptions
 
-    return SamplingOptions(args.guidance_scale, args.temperature, args.top_k, args.top_p)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    return SamplingOptions(args.guidance_scale, temperature, args.top_k, args.top_p)
+
+
+def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline call's sampling arguments from the command line (`sampling_options` checks them); a
+    temperature not given is left to the model (1, but GLM-Image's generation config says 0.9)."""
+    kwargs = sampling_options(args).kwargs()
+    if args.temperature is None:
+        del kwargs["temperature"]
+    return kwargs
 
 
 def load_pipeline(args: argparse.Namespace):

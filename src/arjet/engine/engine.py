@@ -6,8 +6,8 @@ run in a `LaneGroup` of `lanes` lanes over one static KV cache; when a lane's im
 of its group takes the lane at the next step (its prompt prefilled into that lane) while the others keep
 decoding. Up to `max_groups` groups decode side by side (one step of each per round; each has a cache of its
 own); requests of another group wait until one empties. A sampler that cannot start images in the middle of
-others (`Sampler.continuous` is False: zipar, sjd2) runs its queued requests as one `pipe(...)` call when the
-first of them reaches the front.
+others (`Sampler.continuous` is False: zipar, sjd2), or a family that decodes a preview grid before the
+target (GLM-Image), runs its queued requests as one `pipe(...)` call when the first of them reaches the front.
 
 Exact per request: an image's codes depend only on its own seed and options. Every lane has its own random
 stream keyed by the request's seed and counted from its own start, its own rows of the cache and its own
@@ -295,7 +295,7 @@ class Engine:
             if request.cancelled or request.expired(now):
                 request.fail(Cancelled(f"request {request.id} was cancelled before it started"))
                 continue
-            if not request.sampler.continuous and request.group.sampler != ADAPTIVE:
+            if not self._shares_lanes(request):
                 if not static or static[0].group == request.group and len(static) < self.lanes:
                     static.append(request)
                 else:
@@ -310,6 +310,12 @@ class Engine:
             admissions.append((group, lane, request))
         self._queue = waiting
         return admissions, static
+
+    def _shares_lanes(self, request: Request) -> bool:
+        """Whether `request` decodes in a lane: its sampler starts images among others (or it runs in adaptive
+        mode), and its family decodes one grid (GLM-Image's preview-then-target decodes run as whole calls)."""
+        one_grid = self.pipe.preview_grid(request.group.grid) is None
+        return one_grid and (request.sampler.continuous or request.group.sampler == ADAPTIVE)
 
     def _group_for(self, key: GroupKey, sampler: Sampler) -> LaneGroup | None:
         """The group of `key`, made when fewer than `max_groups` exist (an empty one is dropped for it)."""
@@ -379,9 +385,10 @@ class Engine:
         key, started = requests[0].group, time.monotonic()
 
         def on_step(pipe, step, forward_passes, tensors):
-            for request, codes in zip(requests, tensors["codes"], strict=True):
-                if request.on_step is not None:
-                    request.on_step(codes)
+            if tensors["codes"].shape[1:] == key.grid:  # watchers see the target grid, not a preview
+                for request, codes in zip(requests, tensors["codes"], strict=True):
+                    if request.on_step is not None:
+                        request.on_step(codes)
             now = self.clock()
             if all(request.cancelled or request.expired(now) for request in requests):
                 pipe._interrupt = True

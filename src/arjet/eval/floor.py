@@ -72,11 +72,15 @@ def kv_bytes_per_token(pipe) -> int | None:
 
 def average_kv_tokens(pipe, prompt: str, call_kwargs: dict[str, Any]) -> float:
     """Tokens in the KV cache, summed over the rows of one image's batch (both CFG halves), averaged over
-    its decode: every visible prompt token plus half the image body (codes and row-end tokens)."""
+    its decode: every visible prompt token plus half the image body (codes and row-end tokens; a preview
+    grid decoded first counts in the body)."""
     call = pipe.check_inputs(prompt, **call_kwargs)
     prefix = pipe.encode_prompts(call.prompts, call.negative_prompts, call.grid, call.guidance_scale != 1)
     rows = prefix.ids.shape[0]
-    return float(prefix.visible.sum()) + rows * pipe.image_layout(call.grid).body_length / 2
+    preview = pipe.preview_grid(call.grid)
+    grids = [call.grid] if preview is None else [preview, call.grid]
+    body = sum(pipe.image_layout(grid).body_length for grid in grids)
+    return float(prefix.visible.sum()) + rows * body / 2
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ __all__ = [
     "ARPipelineOutput",
     "BaseARPipeline",
     "Emu3Pipeline",
+    "GlmImagePipeline",
     "JanusPipeline",
     "LuminaMGPTPipeline",
 ]
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .auto import PIPELINES, ARPipeline
     from .base import ARPipelineOutput, BaseARPipeline
     from .emu3 import Emu3Pipeline
+    from .glm_image import GlmImagePipeline
     from .janus import JanusPipeline
     from .lumina_mgpt import LuminaMGPTPipeline
 
@@ -33,6 +35,8 @@ def __getattr__(name: str) -> Any:
         from . import base as home
     elif name == "Emu3Pipeline":
         from . import emu3 as home
+    elif name == "GlmImagePipeline":
+        from . import glm_image as home
     elif name == "JanusPipeline":
         from . import janus as home
     elif name == "LuminaMGPTPipeline":

@@ -7,16 +7,23 @@ from typing import Any
 
 from .base import BaseARPipeline
 from .emu3 import Emu3Pipeline
+from .glm_image import GlmImagePipeline
 from .janus import JanusPipeline
 from .loading import checkpoint_kind, resolve_checkpoint
 from .lumina_mgpt import LuminaMGPTPipeline
 
-PIPELINES: tuple[type[BaseARPipeline], ...] = (JanusPipeline, Emu3Pipeline, LuminaMGPTPipeline)
+PIPELINES: tuple[type[BaseARPipeline], ...] = (
+    JanusPipeline,
+    Emu3Pipeline,
+    LuminaMGPTPipeline,
+    GlmImagePipeline,
+)
 
 
 class ARPipeline:
-    """Not instantiated: `ARPipeline.from_pretrained(...)` returns a `JanusPipeline`, `Emu3Pipeline` or
-    `LuminaMGPTPipeline` for a saved arjet pipeline folder or a bare transformers checkpoint."""
+    """Not instantiated: `ARPipeline.from_pretrained(...)` returns a `JanusPipeline`, `Emu3Pipeline`,
+    `LuminaMGPTPipeline` or `GlmImagePipeline` for a saved arjet pipeline folder, a bare transformers checkpoint,
+    or (GLM-Image) a folder laid out as the hub repository."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("use ARPipeline.from_pretrained(path) or a family pipeline class directly")

@@ -24,24 +24,15 @@ from diffusers.utils import BaseOutput
 from .. import checks
 from .. import samplers as sampler_registry
 from ..limits import DEFAULT_LIMITS, Limits
-from ..samplers import (
-    Decode,
-    DecodeStats,
-    DecodeTrace,
-    ImageRandom,
-    Interrupted,
-    Sampler,
-    SamplingOptions,
-    requirements,
-)
-from ..samplers.capture import CudaGraphRunner, compile_mode
+from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
+from ..samplers.capture import compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
-from .callbacks import StepHook
 from .components import load_component, quiet_loading, weight_classes
+from .decoding import decode_codes
 from .inputs import (
     OUTPUT_TYPES,
     CheckedInputs,
@@ -69,11 +60,14 @@ CAPABILITIES = {
 @dataclass
 class ARPipelineOutput(BaseOutput):
     """`images`: list of PIL images, `np.ndarray [N, h, w, 3]`, `torch.Tensor [N, 3, h, w]` (both in [0, 1]),
-    or the codes for `output_type="latent"`. `codes`: `LongTensor [N, H, W]`. `stats[i]`: what image i cost."""
+    or the codes for `output_type="latent"`. `codes`: `LongTensor [N, H, W]`. `stats[i]`: what image i cost.
+    `preview_codes`: `LongTensor [N, h, w]`, the preview grid a family decodes before the target (GLM-Image);
+    None for the others."""
 
     images: list[PIL.Image.Image] | np.ndarray | torch.Tensor
     codes: torch.Tensor
     stats: list[DecodeStats]
+    preview_codes: torch.Tensor | None = None
 
 
 class BaseARPipeline(DiffusionPipeline):
@@ -81,9 +75,14 @@ class BaseARPipeline(DiffusionPipeline):
 
     model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
     model_class: ClassVar[type] = object
+    ar_component: ClassVar[str] = "model"  # the component holding the AR model (`model_class`)
     default_guidance_scale: ClassVar[float] = 1.0
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
+    # the AR stage mixes a conditional and an unconditional row (CFG); a family whose model defines no
+    # unconditional branch refuses guidance_scale != 1, saying `guidance_hint`
+    classifier_free_guidance: ClassVar[bool] = True
+    guidance_hint: ClassVar[str] = ""
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
     _optional_components: ClassVar[list[str]] = ["noise_conditioning", "drafter"]
     # weights of a component this family never reads (by prefix), which its checkpoints may therefore lack
@@ -94,6 +93,7 @@ class BaseARPipeline(DiffusionPipeline):
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
     # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
     limits: Limits = DEFAULT_LIMITS
+    call_frames: ClassVar[int] = 0  # calls a family's own `__call__` adds before this one (for warnings)
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
@@ -225,6 +225,25 @@ class BaseARPipeline(DiffusionPipeline):
         chat template included, as `encode_prompts` lays it out. Tokenizes, never runs the model."""
         raise NotImplementedError
 
+    def preview_grid(self, grid: tuple[int, int]) -> tuple[int, int] | None:
+        """The grid a family decodes before the target `grid` (GLM-Image's preview); None: the target only."""
+        return None
+
+    def preview_prefix(self, prefix: Prefix, layout: ImageLayout, codes: torch.Tensor) -> Prefix:
+        """The target grid's prefix: `prefix` followed by the preview's `codes [N, h*w]` laid out by `layout`
+        (for families with a `preview_grid`)."""
+        raise NotImplementedError(f"{type(self).__name__} decodes no preview grid")
+
+    @property
+    def text_tokenizer(self) -> Any:
+        """The tokenizer of the AR model's prompts (the `tokenizer` component; GLM-Image's is its processor's)."""
+        return self.tokenizer
+
+    def sampling_defaults(self) -> tuple[float, int | None, float | None]:
+        """(temperature, top_k, top_p) where the call leaves them out (top-k, top-p: None): 1, the family's
+        `default_top_k`, no top-p."""
+        return 1.0, self.default_top_k, None
+
     def max_positions(self) -> int | None:
         """Positions the model was built for (prompt and image together), None when it has no such bound."""
         config = self.model.config
@@ -268,7 +287,7 @@ class BaseARPipeline(DiffusionPipeline):
         batch, grid = call.batch_size, call.grid
 
         # 2. prompts -> prefix token ids ([cond; uncond] when guided)
-        warn_unknown_words(self.tokenizer, call.prompts)
+        warn_unknown_words(self.text_tokenizer, call.prompts, self.call_frames)
         guided = call.guidance_scale != 1
         prompts = [p for p in call.prompts for _ in range(call.num_images_per_prompt)]
         negatives = call.negative_prompts
@@ -277,49 +296,27 @@ class BaseARPipeline(DiffusionPipeline):
         prefix = self.encode_prompts(prompts, negatives, grid, guided)
         rng = ImageRandom(call.generators, batch, self._execution_device)
 
-        # 3. decode codes with the sampler through a session
+        # 3. decode codes with the sampler through a session per grid (GLM-Image: its preview, then the target)
         start = time.perf_counter()
-        session = DecodingSession(
-            self.session_adapter(),
-            self.image_layout(grid),
-            prefix,
-            call.guidance_scale if guided else None,
-            codebook=self.image_tokenizer.codebook(),
-            noise=self.noise_conditioning,
-            drafter=self.drafter,
-            decoder=self.compiled_decoder() if call.compile == "inductor" else None,
-        )
-        progress = self.progress_bar(total=batch * session.num_cells)
-        hook = StepHook(self, lambda: self.interrupt, progress, call.callback, call.tensor_inputs)
-        runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None
-        trace = DecodeTrace(
-            session, hook, hook.progress_to, runner, check_every_step=call.callback is not None
-        )
-        self._interrupt = False
-        try:
-            call.sampler.run(Decode(session, call.policy, rng, trace))
-        except Interrupted:
-            pass
-        finally:
-            progress.close()
-        codes = trace.codes.view(batch, *grid)
+        decoded = decode_codes(self, call, prefix, rng, DecodingSession)
+        codes = decoded.codes
+        decoding = time.perf_counter() - start
 
         # 4. codes -> images
         latent = call.output_type == "latent"
-        images = codes if latent else self.decode_codes(codes, call.output_type)
+        images = codes if latent else self.render(codes, call, prompts)
         seconds = time.perf_counter() - start
-        stats = trace.stats(call.sampler_label)
-        for item in stats:
+        for item in decoded.stats:
             item.seconds = seconds
-            item.extra["batch_size"] = batch
-            if runner is not None:
-                item.extra.update(runner.counts())
+            item.extra.update(batch_size=batch, decode_seconds=decoding, render_seconds=seconds - decoding)
         self.maybe_free_model_hooks()
 
         # 5. output
         if not call.return_dict:
-            return images, codes, stats
-        return ARPipelineOutput(images=images, codes=codes, stats=stats)
+            return images, codes, decoded.stats
+        return ARPipelineOutput(
+            images=images, codes=codes, stats=decoded.stats, preview_codes=decoded.preview_codes
+        )
 
     __call__.__signature__ = call_signature()  # help(pipe) lists every argument `GenerationInputs` declares
 
@@ -340,7 +337,8 @@ class BaseARPipeline(DiffusionPipeline):
         work (prompts are tokenized only to count their tokens, after every other check). Each bad value raises
         a `ValueError` that names it and says what is allowed; `self.limits` bounds the work (images per call,
         prompt length, sampler window)."""
-        inputs = GenerationInputs.from_call(prompt, negative_prompt, options)
+        temperature, top_k, top_p = self.sampling_defaults()
+        inputs = GenerationInputs.from_call(prompt, negative_prompt, {"temperature": temperature, **options})
         limits = self.limits
         prompts = prompt_list("prompt", inputs.prompt, limits.max_prompt_chars)
         negatives = None
@@ -370,9 +368,15 @@ class BaseARPipeline(DiffusionPipeline):
         sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
             self.checkpoint_guidance_scale() if inputs.guidance_scale is None else inputs.guidance_scale,
             inputs.temperature,
-            self.default_top_k if inputs.top_k is None else inputs.top_k,
-            inputs.top_p,
+            top_k if inputs.top_k is None else inputs.top_k,
+            top_p if inputs.top_p is None else inputs.top_p,
         )
+        if not self.classifier_free_guidance and sampling.guidance_scale != 1:
+            raise ValueError(
+                f"guidance_scale={sampling.guidance_scale!r}: {type(self).__name__}'s AR stage has no "
+                "classifier-free guidance (the model defines no unconditional branch); pass guidance_scale=None "
+                f"or 1{self.guidance_hint}"
+            )
         grid = self.grid_for(*self.image_size(inputs.height, inputs.width, inputs.aspect_ratio))
         sampler.check_grid(grid, limits.max_window, vocab_size=self.session_adapter().code_vocab_size)
         self.check_requirements(sampler, label)
@@ -430,7 +434,11 @@ class BaseARPipeline(DiffusionPipeline):
         self, prompts: list[str], negatives: list[str] | None, grid: tuple[int, int]
     ) -> None:
         """Every prompt row must fit the model's positions next to the image (and `limits.max_prompt_tokens`)."""
-        positions, image = self.max_positions(), self.image_layout(grid).body_length
+        preview = self.preview_grid(grid)
+        image = sum(
+            self.image_layout(g).body_length for g in ([grid] if preview is None else [preview, grid])
+        )
+        positions = self.max_positions()
         limit = self.limits.max_prompt_tokens
         rows = [("prompt", p, False) for p in dict.fromkeys(prompts)]
         rows += [("negative_prompt", p, True) for p in dict.fromkeys(negatives or [])]
@@ -446,7 +454,7 @@ class BaseARPipeline(DiffusionPipeline):
                 raise ValueError(
                     f"{name} {shown!r} is {length} tokens (chat template included) and the {grid[0]}x{grid[1]} image "
                     f"needs {image} positions, but this model has {positions}; shorten the {name} to at most "
-                    f"{positions - image - (length - text_tokens(self.tokenizer, text))} tokens of text"
+                    f"{positions - image - (length - text_tokens(self.text_tokenizer, text))} tokens of text"
                 )
 
     def capabilities(self) -> set[str]:
@@ -475,11 +483,16 @@ class BaseARPipeline(DiffusionPipeline):
             )
 
     def checkpoint_guidance_scale(self) -> float:
-        """The checkpoint's default CFG scale (its config may set one), else the family's."""
+        """The checkpoint's default CFG scale (its config may set one), else the family's (1: none)."""
         configured = self.config.get("default_guidance_scale")
         return self.default_guidance_scale if configured is None else configured
 
     # -- decoding codes to pixels -------------------------------------------------------------------
+    def render(self, codes: torch.Tensor, call: CheckedInputs, prompts: list[str]):
+        """The call's images for its decoded `codes [N, H, W]` (`prompts`: one per image): the image
+        tokenizer's decode (`decode_codes`); GLM-Image runs its diffusion stage instead."""
+        return self.decode_codes(codes, call.output_type)
+
     @torch.no_grad()
     def decode_codes(self, codes: torch.Tensor, output_type: str = "pil"):
         """Images for codes `[N, H, W]`. Undecoded cells (`-1`) are painted mid-grey, for live previews."""

@@ -31,8 +31,17 @@ class StepHook:
         self.tensor_inputs = tensor_inputs
         self.decoded = 0
         self.step = 0
+        self.earlier_cells = 0  # cells (of the batch) and forward passes of the grids decoded before this one
+        self.earlier_passes = 0
+
+    def next_grid(self, cells: int, forward_passes: int) -> None:
+        """The decode moves on to the next grid (GLM-Image's target after its preview), after `cells` cells
+        of the batch and `forward_passes` forward passes."""
+        self.earlier_cells += cells
+        self.earlier_passes += forward_passes
 
     def progress_to(self, decoded: int) -> None:
+        decoded += self.earlier_cells
         self.progress.update(decoded - self.decoded)
         self.decoded = decoded
 
@@ -41,7 +50,8 @@ class StepHook:
             grid = trace.session.grid
             state = {"codes": trace.codes.view(-1, *grid), "commit_step": trace.commit_step.view(-1, *grid)}
             kwargs = {name: state[name].clone() for name in self.tensor_inputs}
-            returned = self.callback(self.pipe, self.step, trace.session.count, kwargs)
+            forward_passes = self.earlier_passes + trace.session.count
+            returned = self.callback(self.pipe, self.step, forward_passes, kwargs)
             check_callback_return(returned, state)
         self.step += 1
         return self.interrupted()

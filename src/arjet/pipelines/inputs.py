@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,10 @@ class GenerationInputs:
     unconditional branch is fixed refuse it). `sampler`: a registered name, a spec (`"sjd:window=32"`) or a
     `Sampler` object. `height` / `width`: pixels (None: the pipeline's default size); families that size
     images by shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
-    the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` (None: the family's default)
-    and `top_p` form the target distribution every sampler must respect. `num_images_per_prompt`: images per
+    the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` and `top_p` form the target
+    distribution every sampler must respect; `top_k` / `top_p` None, and `temperature` left out, take the
+    family's default (temperature 1, top-k the family's, no top-p; GLM-Image: its generation config's, as
+    transformers' `generate` reads it). `num_images_per_prompt`: images per
     prompt. `seed=s` gives image `i` the generator `s + i` (or pass one seed or one `generator` per image);
     an image then decodes the same whatever else shares its batch. `output_type`: "pil", "np", "pt" or
     "latent" (the codes). `return_dict`: an `ARPipelineOutput`, else a tuple. `callback_on_step_end(pipe, step,
@@ -82,15 +84,16 @@ class GenerationInputs:
         return cls(prompt, negative_prompt, **options)
 
 
-def call_signature() -> inspect.Signature:
-    """`(self, prompt, negative_prompt=None, *, sampler="ar", ...)`: what `help(pipe)` shows for the call."""
+def call_signature(extra: Sequence[inspect.Parameter] = ()) -> inspect.Signature:
+    """`(self, prompt, negative_prompt=None, *, sampler="ar", ...)`: what `help(pipe)` shows for the call;
+    `extra`: keyword-only arguments a family's call takes besides (GLM-Image's diffusion stage)."""
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for item in dataclasses.fields(GenerationInputs):
         positional = item.name in ("prompt", "negative_prompt")
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
         default = inspect.Parameter.empty if item.default is dataclasses.MISSING else item.default
         parameters.append(inspect.Parameter(item.name, kind, default=default, annotation=item.type))
-    return inspect.Signature(parameters)
+    return inspect.Signature([*parameters, *extra])
 
 
 @dataclass
@@ -112,6 +115,9 @@ class CheckedInputs:
     callback: Callable[..., dict[str, Any] | None] | None
     tensor_inputs: list[str]
     compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
+    stage_options: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # a family's later stage's (a DiT's)
 
 
 def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:

@@ -76,9 +76,10 @@ def unknown_words(tokenizer, text: str) -> list[str]:
     return [text[start:end] for token, (start, end) in pairs if token == unk]
 
 
-def warn_unknown_words(tokenizer, prompts: list[str]) -> None:
+def warn_unknown_words(tokenizer, prompts: list[str], frames: int = 0) -> None:
     """Warn once per prompt that has words outside the text tokenizer's vocabulary (a small word-level
-    vocabulary, like the built-in model's, reads them all as one unknown token)."""
+    vocabulary, like the built-in model's, reads them all as one unknown token). `frames`: calls between the
+    caller and the pipeline's `__call__` (a family's own `__call__` around it)."""
     for text in dict.fromkeys(prompts):
         words = unknown_words(tokenizer, text)
         if words:
@@ -86,5 +87,5 @@ def warn_unknown_words(tokenizer, prompts: list[str]) -> None:
                 f"prompt {text!r}: the text tokenizer does not know {', '.join(map(repr, words))}; "
                 "the model reads each as its unknown token",
                 UserWarning,
-                stacklevel=4,  # past __call__ and its torch.no_grad wrapper, to the caller
+                stacklevel=4 + frames,  # past __call__ and its torch.no_grad wrapper, to the caller
             )

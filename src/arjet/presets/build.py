@@ -299,8 +299,43 @@ def _lumina_mgpt(preset: Preset, size: tuple[int, int]):
     )
 
 
+def _glm_image(preset: Preset, size: tuple[int, int]):
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
+
+    from ..testing import glm_image_pipeline, glm_image_tokenizer
+
+    tokenizer = glm_image_tokenizer(preset.codebook, list(_prompt_words()))
+    _check_ids(preset, tokenizer.get_vocab())
+    extra, d = preset.extra, preset.decoder
+    text = {key: value for key, value in _llama(d).items() if key != "rope_parameters"}
+    rope = dict(_llama(d)["rope_parameters"], partial_rotary_factor=extra["partial_rotary_factor"])
+    config = GlmImageConfig(
+        text_config=dict(
+            **text,
+            rope_parameters=dict(rope, mrope_section=list(extra["mrope_section"])),
+            vision_vocab_size=extra["vision_vocab_size"],
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        ),
+        vision_config=dict(preset.vision or {}),
+        vq_config=dict(preset.vq),
+        image_token_id=tokenizer.convert_tokens_to_ids("<|image|>"),
+        image_start_token_id=tokenizer.bos_token_id,
+        image_end_token_id=tokenizer.eos_token_id,
+    )
+    return glm_image_pipeline(
+        tokenizer,
+        GlmImageForConditionalGeneration(config),
+        extra,
+        preview_side=extra["preview_side"],
+        default_height=size[0],
+        default_width=size[1],
+    )
+
+
 _BUILDERS: dict[str, Callable[[Preset, tuple[int, int]], BaseARPipeline]] = {
     "janus": _janus,
     "emu3": _emu3,
     "lumina_mgpt": _lumina_mgpt,
+    "glm_image": _glm_image,
 }

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-FAMILIES = ("janus", "emu3", "lumina_mgpt")
+FAMILIES = ("janus", "emu3", "lumina_mgpt", "glm_image")
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,77 @@ LUMINA_MGPT_7B_768 = Preset(
     released_without=("model.vqmodel",),
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (LUMINA_MGPT_7B_768, JANUS_PRO_7B, JANUS_PRO_1B, EMU3_GEN)}
+# -- GLM-Image ------------------------------------------------------------------------------------------
+# The released config.json files (zai-org/GLM-Image on the hub: vision_language_encoder/, transformer/, vae/,
+# text_encoder/) could not be read with the tools at hand. The AR model's numbers are the defaults of
+# transformers 5.24's GlmImage*Config classes, which document themselves as zai-org/GLM-Image's
+# (`auto_docstring(checkpoint="zai-org/GLM-Image")`) and agree with the model card: "a 9B-parameter model
+# initialized from GLM-4-9B-0414" (40 layers x 4096, 32 query / 2 key-value heads, FFN 13696: 8.9 B with its
+# embeddings). The DiT's are SGLang's and FastVideo's GlmImage DiT configs (sglang multimodal_gen
+# GlmImageArchConfig, FastVideo configs/models/dits/glm_image.py: 30 layers of 32 x 128 heads, the card's
+# "7B-parameter" decoder), not diffusers' class defaults (64 x 40 heads, 2.5 B).
+GLM_IMAGE = Preset(
+    name="glm-image",
+    family="glm_image",
+    checkpoint="zai-org/GLM-Image",
+    decoder=DecoderDims(
+        layers=40,  # GlmImageTextConfig.num_hidden_layers
+        hidden=4096,  # .hidden_size
+        heads=32,  # .num_attention_heads
+        kv_heads=2,  # .num_key_value_heads (GQA)
+        ffn=13696,  # .intermediate_size (gate_up_proj holds 2 x 13696 rows)
+        vocab=168064,  # .vocab_size: 16512 vision tokens, then GLM-4's 151552 text tokens
+        max_positions=131072,  # .max_position_embeddings
+        rope_theta=10000.0,  # rope_parameters default
+        rms_norm_eps=1e-5,  # .rms_norm_eps
+    ),
+    codebook=16384,  # GlmImageVQVAEConfig.num_embeddings; the DiT's prior_vq_quantizer_codebook_size
+    downsample=32,  # one AR code per 32 x 32 px (the processor's factor 32)
+    default_size=1024,  # diffusers' GlmImagePipeline: sample_size 128 x VAE factor 8; 32 x 32 codes
+    vq=_frozen(embed_dim=2048, num_embeddings=16384, latent_channels=1536),  # GlmImageVQVAEConfig defaults
+    # the vision encoder (editing only): GlmImageVisionConfig defaults
+    vision=_frozen(
+        depth=40, hidden_size=1536, num_heads=16, intermediate_size=6144, image_size=2048, patch_size=16
+    ),
+    notes="AR stage 9B (card), DiT 7B (card); the diffusion stage is built but `bench` times the AR stage",
+    extra=_frozen(
+        vision_vocab_size=16512,  # GlmImageTextConfig.vision_vocab_size: the LM head's rows
+        # half of each 128-wide head rotates (GLM-4's partial_rotary_factor 0.5): 32 frequencies, split
+        # temporal / height / width as the rotary embedding's default mrope_section [8, 12, 12]
+        partial_rotary_factor=0.5,
+        mrope_section=(8, 12, 12),
+        preview_side=16,  # the processor's preview grid: about 16 x 16 codes
+        language_model_parameters=9e9,  # the card's "9B-parameter" AR generator
+        dit_parameters=7e9,  # the card's "7B-parameter" decoder
+        dit=_frozen(
+            patch_size=2,
+            in_channels=16,
+            out_channels=16,
+            num_layers=30,
+            attention_head_dim=128,
+            num_attention_heads=32,
+            text_embed_dim=1472,  # ByT5-small's width: the glyph encoder's output
+            time_embed_dim=512,
+            condition_dim=256,  # (its prior-token codebook is the VQ's: the 16384 codes above)
+        ),
+        # google/byt5-small config.json (Glyph-ByT5 is its encoder; text_embed_dim 1472 above)
+        glyph_encoder=_frozen(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6),
+        # a 16-channel latent (the DiT's in_channels) at 8x (a 2 x 2 patch of latents per 16 px, a quarter of
+        # an AR code); the block widths are an assumption, the common 16-channel AutoencoderKL's (SD3's and
+        # FLUX.1's vae/config.json: 128, 256, 512, 512 with 2 layers per block): vae/config.json was not read
+        vae=_frozen(
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            block_out_channels=(128, 256, 512, 512),
+            layers_per_block=2,
+            latent_channels=16,
+        ),
+    ),
+)
+
+PRESETS: dict[str, Preset] = {
+    p.name: p for p in (LUMINA_MGPT_7B_768, JANUS_PRO_7B, JANUS_PRO_1B, EMU3_GEN, GLM_IMAGE)
+}
 
 
 def available_presets() -> list[str]:

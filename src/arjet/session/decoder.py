@@ -4,7 +4,8 @@ A session writes every forward's keys and values at absolute slots of a static c
 with a float additive mask, which slots each input may attend to. Two implementations:
 
 - `LlamaStackDecoder` runs a transformers Llama-style stack (`LlamaModel`, `Emu3TextModel`,
-  `ChameleonModel`) over the stack's own weights, gpt-fast style: one static key / value buffer per layer,
+  `ChameleonModel`, GLM-Image's `GlmImageTextModel`) over the stack's own weights, gpt-fast style: one
+  static key / value buffer per layer,
   written by index, rotary tables computed once, `scaled_dot_product_attention` over the first `span` slots
   only. Nothing in it reads the device, allocates by data or branches on values, so a forward can be
   captured in a CUDA graph or compiled. Tested equal to transformers' own forward.
@@ -14,7 +15,7 @@ with a float additive mask, which slots each input may attend to. Two implementa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,7 +41,7 @@ class StaticDecoder(Protocol):
         self,
         cache: object,
         embeds: torch.Tensor,  # [rows, m, d]
-        positions: torch.Tensor,  # [rows, m] long
+        positions: torch.Tensor,  # [rows, m] long, or [rows, m, 3] (temporal, height, width: multimodal rotary)
         slots: torch.Tensor,  # [rows, m] long: where each input's keys and values are written
         mask: torch.Tensor,  # [rows, 1, m, span] float additive (0 = attend, dtype min = not)
     ) -> torch.Tensor:
@@ -119,6 +120,8 @@ class _FusedProjection:
         if self.packed is not None and not torch.is_grad_enabled():
             out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
             return out.split(self.sizes, -1)
+        if len(self.parts) == 1:  # one layer holding the parts already (GLM's `gate_up_proj`)
+            return self.parts[0](x).split(self.sizes, -1)
         return tuple(part(x) for part in self.parts)
 
 
@@ -148,38 +151,75 @@ def _can_pack(weights: list[torch.Tensor]) -> bool:
 
 @dataclass
 class _Layer:
-    attention_norm: nn.Module | None  # None: the block does not normalise its input (an EAGLE drafter's)
+    """One decoder layer's weights. Each block (attention, MLP) is `x + post(block(pre(x)))` where a norm
+    that is None is skipped: pre-norm (Llama), post-norm (Chameleon's swin norm) or both (GLM)."""
+
+    attention_norm: nn.Module | None
     qkv: _FusedProjection
     o: _Projection
     q_norm: nn.Module | None
     k_norm: nn.Module | None
-    mlp_norm: nn.Module
+    attention_post_norm: nn.Module | None
+    mlp_norm: nn.Module | None
     gate_up: _FusedProjection
     down: _Projection
     act: Callable[[torch.Tensor], torch.Tensor]
+    mlp_post_norm: nn.Module | None
 
 
 @dataclass
 class KVCache:
     keys: torch.Tensor  # [layers, rows, kv_heads, capacity, head_dim]
     values: torch.Tensor
-    cos: torch.Tensor  # [capacity, head_dim] rotary tables by position
+    cos: torch.Tensor  # [capacity, rotary dims] rotary tables by position
     sin: torch.Tensor  # with rotate_half's sign folded in: rotate_half(x) * sin == x.roll(half) * this
+    axis: torch.Tensor | None = None  # [rotary dims]: the position axis each dimension reads (multimodal)
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin `[rows, 1, m, rotary dims]` for positions `[rows, m]` or, per axis, `[rows, m, 3]`."""
+        positions = positions.clamp(0, self.cos.shape[0] - 1)
+        if positions.dim() == 2:
+            return self.cos[positions][:, None], self.sin[positions][:, None]
+        if self.axis is None:
+            raise ValueError("positions per axis need a decoder with an mrope_section")
+        rows, m, _ = positions.shape
+        axis = self.axis.expand(rows, m, 1, -1)
+        cos = self.cos[positions].gather(2, axis)[:, :, 0]
+        sin = self.sin[positions].gather(2, axis)[:, :, 0]
+        return cos[:, None], sin[:, None]
 
 
 class LlamaStackDecoder:
     """A transformers Llama-style decoder stack (`backbone.layers`, `.norm`, `.rotary_emb`) run over its own
     weights. `qk_norm`: Chameleon's per-head layer norm of queries and keys; `swin_norm`: Chameleon's
-    post-norm layer order (`x + norm(attn(x))`); `final_norm`: normalise the last layer's output (False for a
-    drafter's block, whose output is an estimate of the target's normalised hidden state)."""
+    post-norm layer order (`x + norm(attn(x))`); `sandwich_norm`: GLM's norms both before and after each
+    block (`post_self_attn_layernorm`, `post_mlp_layernorm`); `fused_mlp`: the MLP's gate and up projections
+    are one layer (`gate_up_proj`, gate first). `mrope_section`: the multimodal rotary embedding's frequency
+    sections (GLM-Image: temporal, height, width in turn), read with `[rows, m, 3]` positions. A rotary
+    table narrower than the heads (`partial_rotary_factor`) rotates the leading dimensions only.
+    `final_norm`: normalise the last layer's output (False for a drafter's block, whose output estimates the
+    target's normalised hidden state); a layer whose `input_layernorm` is `nn.Identity` has no input norm
+    (an EAGLE drafter's block as in LANTERN's LlamaGen drafters)."""
 
     reads_span_only = True
 
     def __init__(
-        self, backbone: nn.Module, qk_norm: bool = False, swin_norm: bool = False, final_norm: bool = True
+        self,
+        backbone: nn.Module,
+        qk_norm: bool = False,
+        swin_norm: bool = False,
+        *,
+        sandwich_norm: bool = False,
+        fused_mlp: bool = False,
+        mrope_section: Sequence[int] | None = None,
+        final_norm: bool = True,
     ):
+        if swin_norm and sandwich_norm:
+            raise ValueError("a layer has either swin_norm (post-norm) or sandwich_norm (pre- and post-norm)")
         self.backbone = backbone
         self.swin_norm = swin_norm
+        self.sandwich_norm = sandwich_norm
+        self.mrope_section = None if mrope_section is None else tuple(mrope_section)
         config = backbone.config
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -192,8 +232,7 @@ class LlamaStackDecoder:
                 layer.self_attn.k_proj,
                 layer.self_attn.v_proj,
                 layer.self_attn.o_proj,
-                layer.mlp.gate_proj,
-                layer.mlp.up_proj,
+                *((layer.mlp.gate_up_proj,) if fused_mlp else (layer.mlp.gate_proj, layer.mlp.up_proj)),
                 layer.mlp.down_proj,
             )
             for layer in backbone.layers
@@ -205,20 +244,35 @@ class LlamaStackDecoder:
         ]
         self.norm = backbone.norm if final_norm else None
 
-    @staticmethod
-    def _layer(layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
+    def _layer(self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
-        q, k, v, o, gate, up, down = linears
+        (q, k, v, o, *gate_up, down) = linears
+        if len(gate_up) == 1:
+            half = gate_up[0].out_features // 2
+            gate_up_projection = _fused(tuple(gate_up), pack, sizes=(half, half))
+        else:
+            gate_up_projection = _fused(tuple(gate_up), pack)
+        unnormed = self.swin_norm or isinstance(layer.input_layernorm, nn.Identity)
+        pre_attention = None if unnormed else layer.input_layernorm
+        pre_mlp = None if self.swin_norm else layer.post_attention_layernorm
+        if self.swin_norm:
+            post_attention, post_mlp = layer.input_layernorm, layer.post_attention_layernorm
+        elif self.sandwich_norm:
+            post_attention, post_mlp = layer.post_self_attn_layernorm, layer.post_mlp_layernorm
+        else:
+            post_attention = post_mlp = None
         return _Layer(
-            attention_norm=None if isinstance(layer.input_layernorm, nn.Identity) else layer.input_layernorm,
+            attention_norm=pre_attention,
             qkv=_fused((q, k, v), pack),
             o=_projection(o, pack),
             q_norm=attention.q_norm if qk_norm else None,
             k_norm=attention.k_norm if qk_norm else None,
-            mlp_norm=layer.post_attention_layernorm,
-            gate_up=_fused((gate, up), pack),
+            attention_post_norm=post_attention,
+            mlp_norm=pre_mlp,
+            gate_up=gate_up_projection,
             down=_projection(down, pack),
-            act=layer.mlp.act_fn,
+            act=layer.mlp.activation_fn if len(gate_up) == 1 else layer.mlp.act_fn,
+            mlp_post_norm=post_mlp,
         )
 
     def unpack(self) -> None:
@@ -233,10 +287,23 @@ class LlamaStackDecoder:
         keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
         positions = torch.arange(capacity, device=weight.device)[None]
         with torch.no_grad():
+            # one position on every axis: the multimodal embedding's table is the plain one
             cos, sin = self.backbone.rotary_emb(keys[0, :1, 0], positions)
-        half = self.head_dim // 2
+        half = cos.shape[-1] // 2
         signed_sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], -1)
-        return KVCache(keys, torch.zeros_like(keys), cos[0], signed_sin)
+        return KVCache(
+            keys, torch.zeros_like(keys), cos[0], signed_sin, self._axis_of_dims(half, weight.device)
+        )
+
+    def _axis_of_dims(self, half: int, device: torch.device) -> torch.Tensor | None:
+        """`[2 * half]` long: which position axis (temporal, height, width) each rotary dimension reads,
+        section `i` of the frequencies reading axis `i % 3` (transformers' `recomposition_frequencies`)."""
+        if self.mrope_section is None:
+            return None
+        if sum(self.mrope_section) != half:
+            raise ValueError(f"mrope_section {self.mrope_section} must add up to {half} rotary frequencies")
+        axis = torch.cat([torch.full((size,), i % 3) for i, size in enumerate(self.mrope_section)])
+        return torch.cat([axis, axis]).to(device)
 
     def rows(self, cache: KVCache, rows: slice) -> KVCache:
         return KVCache(cache.keys[:, rows], cache.values[:, rows], cache.cos, cache.sin)
@@ -244,13 +311,12 @@ class LlamaStackDecoder:
     def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
         rows, m, _ = embeds.shape
         span = mask.shape[-1]
-        positions = positions.clamp(0, cache.cos.shape[0] - 1)
-        cos, sin = cache.cos[positions][:, None], cache.sin[positions][:, None]  # [rows, 1, m, head_dim]
+        cos, sin = cache.rotary(positions)  # [rows, 1, m, rotary dims]
         index = slots[:, None, :, None].expand(rows, self.num_kv_heads, m, self.head_dim)
         x = embeds
         for i, layer in enumerate(self.layers):
             residual = x
-            h = x if self.swin_norm or layer.attention_norm is None else _rms_norm(layer.attention_norm, x)
+            h = _rms_norm(layer.attention_norm, x)
             q, k, v = layer.qkv(h)
             q = q.view(rows, m, self.num_heads, self.head_dim)
             k = k.view(rows, m, self.num_kv_heads, self.head_dim)
@@ -271,22 +337,25 @@ class LlamaStackDecoder:
                 enable_gqa=self.num_kv_heads != self.num_heads,
             )
             h = layer.o(attended.transpose(1, 2).reshape(rows, m, -1))
-            x = residual + (_rms_norm(layer.attention_norm, h) if self.swin_norm else h)
+            x = residual + _rms_norm(layer.attention_post_norm, h)
             residual = x
-            h = x if self.swin_norm else _rms_norm(layer.mlp_norm, x)
+            h = _rms_norm(layer.mlp_norm, x)
             gate, up = layer.gate_up(h)
             h = layer.down(layer.act(gate) * up)
-            x = residual + (_rms_norm(layer.mlp_norm, h) if self.swin_norm else h)
-        return x if self.norm is None else _rms_norm(self.norm, x)
+            x = residual + _rms_norm(layer.mlp_post_norm, h)
+        return _rms_norm(self.norm, x)
 
 
 def _projection(linear: nn.Linear, pack: bool) -> _Projection:
     return _Projection(linear.weight, linear.bias, _packed(linear.weight) if pack else None)
 
 
-def _fused(linears: tuple[nn.Linear, ...], pack: bool) -> _FusedProjection:
+def _fused(
+    linears: tuple[nn.Linear, ...], pack: bool, sizes: tuple[int, ...] | None = None
+) -> _FusedProjection:
+    """`linears` as one projection; `sizes` splits the output of a single layer that holds several parts."""
     parts = tuple(_projection(linear, pack=False) for linear in linears)
-    sizes = tuple(linear.out_features for linear in linears)
+    sizes = sizes or tuple(linear.out_features for linear in linears)
     biases = [linear.bias for linear in linears]
     if not pack or any((b is None) != (biases[0] is None) for b in biases):
         return _FusedProjection(parts, sizes)
@@ -299,8 +368,11 @@ def fast_linear(linear: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
     return _projection(linear, _can_pack([linear.weight]))
 
 
-def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """transformers' RMSNorm (statistics in float32, scaled in the input dtype), without the module call."""
+def _rms_norm(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+    """transformers' RMSNorm (statistics in float32, scaled in the input dtype), without the module call;
+    no norm (None) leaves `x` as it is."""
+    if norm is None:
+        return x
     x32 = x.float()
     scale = torch.rsqrt((x32 * x32).mean(-1, keepdim=True) + norm.variance_epsilon)
     return norm.weight * (x32 * scale).to(x.dtype)
@@ -312,5 +384,11 @@ def _head_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, transformers' `x * cos + rotate_half(x) * sin`, with rotate_half's sign in the table."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+    """Rotary embedding, transformers' `x * cos + rotate_half(x) * sin`, with rotate_half's sign in the table;
+    a table narrower than `x` rotates its leading dimensions and passes the rest through."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return torch.addcmul(x * cos, x.roll(width // 2, -1), signed_sin)
+    rotated = x[..., :width]
+    rotated = torch.addcmul(rotated * cos, rotated.roll(width // 2, -1), signed_sin)
+    return torch.cat([rotated, x[..., width:]], -1)

@@ -10,7 +10,7 @@ Query semantics (`logits(cells, codes)`): query `j` of image `b` predicts cell `
 input attends to every filled slot before it and to the inputs of the same call that sit at or before
 it and are shared with it: inputs of group 0 (the default) are shared with every query, inputs of a
 group `g > 0` only with queries of group `g` (this keeps unverified drafts of different rows apart).
-Positions are the true ones. Cell 0 is predicted by the prefill (`first_logits`) and needs no input. An
+Positions are the true ones (one per token, or the layout's grid positions: see `ImageLayout`). Cell 0 is predicted by the prefill (`first_logits`) and needs no input. An
 *ephemeral* query is visible only to itself: a placeholder (ZipAR's row starts) that is never kept.
 
 Tree inputs (SJD-PAC's sibling drafts): several inputs may stand at one position when all but one go to
@@ -141,6 +141,8 @@ class DecodingSession:
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
         self.drafter_passes = torch.zeros_like(self.forward_passes)  # the drafter's, `arjet.session.drafting`
         self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
+        self._start = self.prefix.start_positions().clone()  # [rows] each row's first body position
+        self._grid_offsets = layout.grid_offsets(self.device) if layout.grid_positions else None
         self._last: _Inputs | None = None
         self._queried = False
         self._allocate(branches=0)
@@ -231,7 +233,7 @@ class DecodingSession:
         inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n), branch)
         rows = self.both_halves
         embeds = rows(self._embed_inputs(cells, codes, inputs, embeddings, embedded))
-        positions = rows(inputs.home) - self.body_offset - self.prefix.pad[:, None]
+        positions = self._body_positions(rows(inputs.home))
         hidden = self._forward(embeds, rows(inputs.slots), self._allowed(inputs, sees), positions)
         last = rows(inputs.last)
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
@@ -304,7 +306,8 @@ class DecodingSession:
         view = copy.copy(self)
         view._is_view = True
         view._batch, view._rows = stop - start, per * (stop - start)
-        view.prefix = Prefix(self.prefix.ids[rows], self.prefix.visible[rows], self.prefix.pad[rows])
+        view.prefix = self.prefix.select(rows)
+        view._start = self._start[rows]
         view.cache = self.decoder.rows(self.cache, rows)
         view.filled = self.filled[rows]
         view.forward_passes = self.forward_passes[start:stop]
@@ -334,6 +337,11 @@ class DecodingSession:
         self.prefix.visible[:, :length] = prefix.visible.to(self.device)
         self.prefix.visible[:, length:] = False
         self.prefix.pad.copy_(prefix.pad.to(self.device))
+        if (prefix.positions is None) != (self.prefix.positions is None):
+            raise ValueError("admit needs a prefix with rotary positions exactly when the session's has them")
+        if prefix.positions is not None:
+            self.prefix.positions[:, :length] = prefix.positions.to(self.device)
+        self._start.copy_(prefix.start_positions().to(self.device))
         self.prompt_end.fill_(length)
         self.body_start.fill_(length + self.body_offset)
         self.filled.zero_()
@@ -348,7 +356,7 @@ class DecodingSession:
         if not self.guided:
             return prefix
         order = torch.arange(self._rows, device=prefix.ids.device).view(2, -1).t().flatten()
-        return Prefix(prefix.ids[order], prefix.visible[order], prefix.pad[order])
+        return prefix.select(order)
 
     def both_halves(self, x: torch.Tensor) -> torch.Tensor:
         """Per-image `[B, ...]` as per-row `[rows, ...]` (each image's value for both of its CFG rows)."""
@@ -362,6 +370,13 @@ class DecodingSession:
             return logits
         cond, uncond = logits.view(self._batch, 2, *logits.shape[1:]).unbind(1)
         return uncond + self.guidance_scale * (cond - uncond)
+
+    def _body_positions(self, home: torch.Tensor) -> torch.Tensor:
+        """Rotary positions `[rows, m]` (`[rows, m, 3]` with grid positions) of inputs at body slots `home`."""
+        offset = home - self.both_halves(self.body_start)[:, None]
+        if self._grid_offsets is None:
+            return offset + self._start[:, None]
+        return self._start[:, None, None] + self._grid_offsets[offset.clamp(0, len(self._grid_offsets) - 1)]
 
     def _forward(
         self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor
@@ -439,7 +454,7 @@ class DecodingSession:
         allowed = causal & (visible[:, None, :] | (keys == slots[..., None]))
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
-        positions = slots - prefix.pad[:, None]
+        positions = slots - prefix.pad[:, None] if prefix.positions is None else prefix.positions[:, :length]
         hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions)
         self.filled[:, :length] = shown
         if counted:

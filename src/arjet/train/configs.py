@@ -210,7 +210,10 @@ class SJD2TrainConfig:
         "artifacts/sjd2", "output folder: pipeline/ (base + noise_conditioning), train_log.jsonl"
     )
     data: str = option(
-        "shapes", "'shapes' (the built-in domain) or a JSON-lines file of prompt / image records"
+        "shapes",
+        "'shapes' (the built-in domain) or a JSON-lines file of prompt / image records; a record without an "
+        "image trains on the base model's own codes for its prompt (sampled once with ar: GLM-Image's way, "
+        "whose image tokenizer arjet does not run)",
     )
     data_cache: str = output(
         "artifacts/ar/cache", "cache of the encoded shapes data (shared with `train ar`)"

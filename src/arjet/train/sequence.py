@@ -64,9 +64,22 @@ def teacher_forced_logits(
         ],
         1,
     )
-    positions = (torch.arange(embeds.shape[1], device=flat.device)[None] - prefix.pad[:, None]).clamp(min=0)
-    hidden = adapter.hidden_states(embeds, positions, mask, None)
+    hidden = adapter.hidden_states(embeds, _positions(prefix, layout, embeds.shape[1]), mask, None)
     return adapter.code_logits(hidden[:, prefix.length + predictor])
+
+
+def _positions(prefix: Prefix, layout: ImageLayout, length: int) -> torch.Tensor:
+    """Rotary positions of the prefix and the body, as the decoding session places them: counted from each
+    row's first real token, or (grid positions) the prefix's own and each cell at its grid offset."""
+    device = prefix.ids.device
+    if not layout.grid_positions:
+        return (torch.arange(length, device=device)[None] - prefix.pad[:, None]).clamp(min=0)
+    text = prefix.positions
+    if text is None:
+        text = (torch.arange(prefix.length, device=device)[None] - prefix.pad[:, None]).clamp(min=0)
+        text = text[..., None].expand(-1, -1, 3)
+    body = layout.grid_offsets(device)[: length - prefix.length]
+    return torch.cat([text, prefix.start_positions()[:, None, None] + body[None]], 1)
 
 
 def code_loss(logits: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:

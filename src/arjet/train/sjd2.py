@@ -3,8 +3,9 @@
 Each training sequence's code inputs are split into segments with a noise level each (`0` = clean);
 noisy inputs are `denorm(alpha_t * norm(e) + sigma_t * eps) + level_embedding(t)` (`arjet.session.noise`);
 the targets stay the clean next codes (ordinary cross-entropy). A share of sequences stays entirely clean
-and a share of prompts is dropped (CFG), so plain AR sampling keeps its quality. Works for any pipeline
-family through its session adapter; full fine-tuning for small models, LoRA (peft) for large ones;
+and a share of prompts is dropped (CFG, for families that have it), so plain AR sampling keeps its quality.
+Works for any pipeline family through its session adapter, a preview grid (GLM-Image) trained with its
+target; full fine-tuning for small models, LoRA (peft) for large ones;
 `accelerate launch -m arjet train sjd2 ...` spreads it over several GPUs. The result is the base pipeline
 plus a `noise_conditioning` component, which is what `sjd2` requires; a base that already has one (an
 earlier SJD2 fine-tune) is continued.
@@ -49,11 +50,14 @@ def noisy_code_inputs(
 
 class CodeData:
     """(prompt, codes) pairs: the built-in shapes domain (fresh phrasings each draw) or a JSONL of
-    `{"prompt": ..., "image": path}` records encoded once with the pipeline's image tokenizer."""
+    `{"prompt": ..., "image": path}` records encoded once with the pipeline's image tokenizer; a record
+    without an image gets the base model's own codes for its prompt (`ar`, seeded by its line), which is
+    also where a preview grid's codes come from (`preview`, else None)."""
 
     def __init__(self, pipe, config: SJD2TrainConfig):
         self.pipe, self.config = pipe, config
         self.rng = np.random.default_rng(config.seed)
+        self.preview: torch.Tensor | None = None
         if config.data == "shapes":  # the built-in domain; its model is a Janus
             from ..data import Scene
             from .ar import load_or_encode
@@ -77,6 +81,19 @@ class CodeData:
 
         tokenizer = self.pipe.image_tokenizer
         height, width = self.pipe.default_size()
+        grid = self.pipe.grid_for(height, width)
+        with_images = sum("image" in record for record in records)
+        if with_images not in (0, len(records)):
+            raise ValueError(
+                f"{path}: give every record an image, or none (to train on the model's own codes)"
+            )
+        if with_images and self.pipe.preview_grid(grid) is not None:
+            raise ValueError(
+                f"{path}: {type(self.pipe).__name__} trains on its own codes (arjet does not run its image "
+                "tokenizer); give prompt records without images"
+            )
+        if not with_images:
+            return self._sample(records, path)
         codes = []
         for record in records:
             with PIL.Image.open(path.parent / record["image"]) as image:
@@ -89,24 +106,53 @@ class CodeData:
             codes.append(tokenizer.encode(pixels.to(self.pipe.device)).flatten(1).cpu())
         return [r["prompt"] for r in records], torch.cat(codes)
 
+    def _sample(self, records: list[dict], path: Path) -> tuple[list[str], torch.Tensor]:
+        """The base model's own codes (and preview codes) for each record's prompt: `ar`, seed = line + seed."""
+        prompts = [record.get("prompt") for record in records]
+        if not all(isinstance(prompt, str) and prompt.strip() for prompt in prompts):
+            raise ValueError(f"{path}: every record needs a non-empty 'prompt'")
+        step = self.pipe.limits.max_images_per_call
+        codes, previews = [], []
+        for start in range(0, len(prompts), step):
+            seeds = [self.config.seed + line for line in range(start, min(start + step, len(prompts)))]
+            out = self.pipe(prompts[start : start + step], sampler="ar", seed=seeds, output_type="latent")
+            codes.append(out.codes.flatten(1).cpu())
+            if out.preview_codes is not None:
+                previews.append(out.preview_codes.flatten(1).cpu())
+        self.preview = torch.cat(previews) if previews else None
+        return prompts, torch.cat(codes)
+
     def __len__(self) -> int:
         return len(self.codes)
 
-    def batch(self, index: np.ndarray, grid: tuple[int, int]) -> tuple[Prefix, torch.Tensor]:
+    def batch(
+        self, index: np.ndarray, grid: tuple[int, int]
+    ) -> tuple[Prefix, torch.Tensor, torch.Tensor | None]:
+        """The prompts' prefix (some replaced by the unconditional row, where the family has CFG), the codes
+        `[B, H, W]` and the preview grid's `[B, h, w]` (None without one)."""
         if self.prompts is None:
             from ..data import describe
 
             prompts = [describe(self.scenes[i], self.rng) for i in index]
         else:
             prompts = [self.prompts[i] for i in index]
+        rows = torch.from_numpy(index)
+        preview = None if self.preview is None else self.preview[rows].view(-1, *self.pipe.preview_grid(grid))
+        if not self.pipe.classifier_free_guidance:
+            prefix = self.pipe.encode_prompts(prompts, None, grid, guided=False)
+            return (
+                prefix,
+                self.codes[rows].view(-1, *grid).to(prefix.ids.device),
+                _to(preview, prefix.ids.device),
+            )
         prefix = self.pipe.encode_prompts(prompts, None, grid, guided=True)
         half = len(prompts)
         drop = torch.from_numpy(self.rng.random(half) < self.config.condition_dropout)
         drop = drop.to(prefix.ids.device)
         ids = torch.where(drop[:, None], prefix.ids[half:], prefix.ids[:half])
         visible = torch.where(drop[:, None], prefix.visible[half:], prefix.visible[:half])
-        codes = self.codes[torch.from_numpy(index)].view(-1, *grid).to(ids.device)
-        return Prefix(ids, visible, prefix.pad[:half]), codes
+        codes = self.codes[rows].view(-1, *grid).to(ids.device)
+        return Prefix(ids, visible, prefix.pad[:half]), codes, _to(preview, ids.device)
 
 
 def train_sjd2(config: SJD2TrainConfig) -> Path:
@@ -126,7 +172,7 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     pipe.set_progress_bar_config(disable=True)
     grid = pipe.grid_for(*pipe.default_size())
     noise = _noise_conditioning(pipe, config.levels).to(accelerator.device)
-    model = pipe.model
+    model = pipe.model  # the AR model (its component: `pipe.ar_component`)
     if config.lora_rank:
         from peft import LoraConfig, get_peft_model
 
@@ -154,14 +200,12 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     adapter = pipe.session_adapter()
     for step in run.steps():
         index = order_rng.integers(0, len(data), config.batch_size)
-        prefix, codes = data.batch(index, grid)
+        prefix, codes, preview = data.batch(index, grid)
         scale = warmup_cosine(config, step, run.seconds) / config.lr if config.lr > 0 else 0.0
         for group, base_lr in zip(optimizer.param_groups, (config.lr, config.noise_lr), strict=True):
             group["lr"] = base_lr * scale
         with accelerator.autocast():
-            clean = adapter.embed_codes(codes.flatten(1)[:, :-1])
-            inputs = noisy_code_inputs(noise, clean, config, generator)
-            loss = code_loss(teacher_forced_logits(pipe, prefix, codes, code_inputs=inputs), codes)
+            loss = _noisy_loss(pipe, adapter, noise, config, generator, prefix, codes, preview)
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
         if accelerator.num_processes > 1:
@@ -176,13 +220,34 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     if accelerator.is_main_process:
         if config.lora_rank:
             model = model.merge_and_unload()
-        pipe.register_modules(model=model.eval(), noise_conditioning=noise.eval())
+        pipe.register_modules(**{pipe.ar_component: model.eval()}, noise_conditioning=noise.eval())
         pipe.save_pretrained(run.out / "pipeline")
         (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
         (run.out / "metrics.json").write_text(
             json.dumps({"steps": run.step, "minutes": run.minutes}, indent=2)
         )
     return run.out / "pipeline"
+
+
+def _noisy_loss(pipe, adapter, noise, config, generator, prefix, codes, preview) -> torch.Tensor:
+    """Cross-entropy of the clean codes given noisy inputs: over the grid, and first over a preview grid
+    (whose clean codes then join the grid's prefix, as when decoding), weighted by their cells."""
+    grids = [(prefix, codes)]
+    if preview is not None:
+        layout = pipe.image_layout(tuple(preview.shape[1:]))
+        grids = [(prefix, preview), (pipe.preview_prefix(prefix, layout, preview.flatten(1)), codes)]
+    total, cells = 0.0, 0
+    for grid_prefix, grid_codes in grids:
+        clean = adapter.embed_codes(grid_codes.flatten(1)[:, :-1])
+        inputs = noisy_code_inputs(noise, clean, config, generator)
+        logits = teacher_forced_logits(pipe, grid_prefix, grid_codes, code_inputs=inputs)
+        total = total + code_loss(logits, grid_codes) * grid_codes[0].numel()
+        cells += grid_codes[0].numel()
+    return total / cells
+
+
+def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
 
 
 def _average_gradients(parameters: list[torch.nn.Parameter], processes: int) -> None:
