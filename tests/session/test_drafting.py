@@ -8,6 +8,8 @@ from arjet.session import DecodingSession
 from arjet.session.drafting import DraftingCache
 from arjet.testing import tiny_drafter, tiny_pipeline
 
+from families import cfg_for, guidance
+
 
 def _session(pipe, guidance_scale):
     grid = (3, 3)
@@ -18,10 +20,10 @@ def _session(pipe, guidance_scale):
     )
 
 
-@pytest.mark.parametrize("guidance_scale", [None, 3.0], ids=["no-cfg", "cfg"])
-def test_the_cache_steps_as_teacher_forcing_does(family, guidance_scale):
+@pytest.mark.parametrize("guided", [False, True], ids=["no-cfg", "cfg"])
+def test_the_cache_steps_as_teacher_forcing_does(family, guided):
     pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)), fc_scale=2.0)
-    session = _session(pipe, guidance_scale)
+    session = _session(pipe, 3.0 if cfg_for(family, guided) else None)
     cache = DraftingCache(session)
     torch.manual_seed(0)
     length = 5
@@ -43,7 +45,7 @@ def test_the_cache_steps_as_teacher_forcing_does(family, guidance_scale):
 def test_a_stale_draft_is_overwritten_not_read(family):
     """A chain's pair at a cell that is later committed with another code is replaced by the catch-up."""
     pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)))
-    session = _session(pipe, 3.0)
+    session = _session(pipe, guidance(family))
     torch.manual_seed(1)
     hidden = torch.randn(session.rows, 3, pipe.drafter.config.hidden_size)
     cache, fresh = DraftingCache(session), DraftingCache(session)
