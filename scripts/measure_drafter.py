@@ -1,6 +1,6 @@
 """Codes per target forward on the built-in model with its shipped drafter: 8 held-out prompts, seeds 0-7.
 
-    PYTHONPATH=src python scripts/measure_drafter.py sjd eagle sjd-pac "lantern++:drafter=true,lam=5,k=10"
+PYTHONPATH=src python scripts/measure_drafter.py sjd eagle sjd-pac "lantern++:drafter=true,lam=5,k=10"
 """
 
 import json
