@@ -241,7 +241,10 @@ def _throughput(args, arch, specs, prompts, call, path, plot, print_json) -> int
     if print_json:
         print(json_text(result.to_dict()))
         return 0
-    print(f"\n{len(prompts)} images per measurement on {result.environment['device']}, through the engine")
+    env = result.environment
+    print(
+        f"\n{len(prompts)} images per measurement on {env['device']} ({env['threads']} threads), through the engine"
+    )
     print(result.table())
     for row in result.rows:
         if row.windows:

@@ -39,6 +39,7 @@ from .lanes import LaneGroup, buckets
 from .requests import ADAPTIVE, Cancelled, EngineResult, GroupKey, QueueFull, Request
 
 ADAPTIVE_SPEC = "mc-sjd:window=16"  # the sampler the adaptive mode narrows step by step
+CALIBRATION_IMAGES = 4  # images per window that measure the adaptive mode's yields when a group starts
 
 
 @dataclass
@@ -275,6 +276,9 @@ class Engine:
         now = time.monotonic()
         if static:
             self._run_static(static)
+        for group, _, request in admissions:  # a new adaptive group measures its costs before any lane starts
+            if group.key.sampler == ADAPTIVE and group.key not in self._costs:
+                self._costs[group.key] = self._measure_costs(group, request)
         for group, lane, request in admissions:
             prefix = self.pipe.encode_prompts([request.prompt], None, group.key.grid, group.guided)
             group.admit(lane, request, prefix, now)
@@ -330,34 +334,44 @@ class Engine:
         decoder = sampler_registry.get(ADAPTIVE_SPEC) if key.sampler == ADAPTIVE else sampler
         group = LaneGroup(self.pipe, key, decoder, self.lanes, self.prompt_tokens, compile=self.compile)
         self._groups[key] = group
-        if key.sampler == ADAPTIVE and key not in self._costs:
-            sizes = buckets(self.lanes)
-            windows = [window for window in WINDOWS if window <= group.stepper.reach]
-            self._costs[key] = CostModel.measure(group.step, sizes, windows)
         return group
 
+    def _measure_costs(self, group: LaneGroup, request: Request) -> CostModel:
+        """The adaptive mode's cost model for `group` (no lane started yet): its step times, and what each
+        window commits per forward pass over `CALIBRATION_IMAGES` whole images of `request`'s prompt."""
+        key = group.key
+        images = min(self.lanes, CALIBRATION_IMAGES)
+
+        def codes_per_pass(window: int) -> float:
+            out = self.pipe(
+                [request.prompt] * images,
+                sampler=f"mc-sjd:window={window}",
+                seed=0,
+                height=request.size[0],
+                width=request.size[1],
+                guidance_scale=key.guidance_scale,
+                temperature=key.temperature,
+                top_k=key.top_k,
+                top_p=key.top_p,
+                output_type="latent",
+            )
+            return sum(stats.tokens for stats in out.stats) / sum(stats.forward_passes for stats in out.stats)
+
+        windows = [window for window in WINDOWS if window <= group.stepper.reach]
+        return CostModel.measure(group.step, buckets(self.lanes), windows, codes_per_pass)
+
     def _step(self, group: LaneGroup) -> None:
-        before = list(group.decoded)
         busy = group.busy
         size = group.bucket()
         cost = self._costs.get(group.key)
         window = None if cost is None else cost.choose(size, len(busy))
-        start = time.perf_counter()
         group.step(size, window)
-        status = group.status()  # reads the device: the step's time is all in
-        seconds = time.perf_counter() - start
+        status = group.status()  # reads the device
         self.stats.steps += 1
         self.stats.lane_steps += group.lanes
         self.stats.busy_lane_steps += len(busy)
         if window is not None:
             self.stats.windows[window] += 1
-            running = [lane for lane in busy if before[lane] < group.decode.session.num_cells]
-            codes = (
-                sum(status.decoded[lane] - before[lane] for lane in running) / len(running)
-                if running
-                else None
-            )
-            cost.observe(size, window, seconds, codes)
         self._finish(group, status)
 
     def _finish(self, group: LaneGroup, status) -> None:

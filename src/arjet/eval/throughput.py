@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from .. import checks
 from ..engine import ADAPTIVE, Engine
 from ..reports.tables import markdown_table, number, ratio, significant
@@ -105,7 +107,12 @@ def run_throughput(
     for row in rows:
         base = next((r for r in rows if r.sampler == "ar" and r.concurrency == row.concurrency), None)
         row.vs_ar = None if base is None else row.images_per_second / base.images_per_second
-    info = {"device": str(pipe._execution_device), "dtype": str(pipe.dtype), "call": dict(call_kwargs)}
+    info = {
+        "device": str(pipe._execution_device),
+        "dtype": str(pipe.dtype),
+        "threads": torch.get_num_threads(),
+        "call": dict(call_kwargs),
+    }
     return ThroughputResult(rows, info)
 
 
