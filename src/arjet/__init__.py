@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ARPipeline",
     "ARPipelineOutput",
+    "Drafter",
     "Emu3Pipeline",
     "GlmImagePipeline",
     "JanusPipeline",
@@ -60,6 +61,7 @@ if typing.TYPE_CHECKING:
         LuminaMGPTPipeline,
     )
     from .presets import available_presets, random_pipeline
+    from .session import Drafter
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -69,6 +71,8 @@ def __getattr__(name: str) -> typing.Any:
         home = _submodule("builtin")
     elif name == "Limits":
         home = _submodule("limits")
+    elif name == "Drafter":
+        home = _submodule("session")
     elif name in ("available_presets", "random_pipeline"):
         home = _submodule("presets")
     elif name in __all__:

@@ -7,6 +7,7 @@ tokenizer with the family's special tokens, and wraps them in the family's pipel
 scheduler; a ByT5 tokenizer and a T5 glyph encoder), all tiny and random, and a processor with a chat
 template of arjet's own. Everything is built in memory; nothing is downloaded. Its `limits` allow 100,000
 images per call (statistical tests draw thousands of tiny images at once).
+`tiny_drafter(pipe)` gives such a pipeline a random one-layer drafter (`pipe.drafter`, for `eagle`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from . import checks
 from .limits import Limits
 from .pipelines.text_tokenizer import build_word_tokenizer
+from .session.drafter import Drafter
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt", "glm_image")
 # each family's grid when the caller gives none: Janus decodes square grids only, the others any shape
@@ -102,6 +104,20 @@ def tiny_pipeline(
     if dtype != torch.float32:
         pipe.to(dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def tiny_drafter(pipe, seed: int = 0, *, block: str = "llama", fc_scale: float = 1.0):
+    """Give `pipe` a random drafter sized for its model (4 heads, MLP twice the width), drawn from `seed`
+    alone (the caller's torch RNG is left as it was), in the model's dtype; returns `pipe`. `fc_scale`
+    multiplies the fusion's weights (larger: drafts further from uniform)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        drafter = Drafter.for_adapter(pipe.session_adapter(), block=block)
+    _scale_(drafter.fc.weight, fc_scale)
+    if pipe.dtype != torch.float32:
+        drafter = drafter.to(pipe.dtype)
+    pipe.register_modules(drafter=drafter.eval())
     return pipe
 
 

@@ -150,9 +150,11 @@ def test_each_model_is_offered_only_the_samplers_it_can_run(builtin_pipe):
     from arjet.app.ui import sampler_choices
 
     plain = sampler_choices(builtin_pipe)
-    assert "sjd2" not in plain and {"ar", "sjd", "zipar", "lantern"} <= set(plain)
+    assert "sjd2" not in plain and {"ar", "sjd", "zipar", "lantern", "eagle"} <= set(
+        plain
+    )  # it has a drafter
     fine_tuned = sampler_choices(arjet.load("shapes-sjd2"))
-    assert "sjd2" in fine_tuned and set(plain) < set(fine_tuned)
+    assert "sjd2" in fine_tuned and "eagle" not in fine_tuned and set(plain) - {"eagle"} < set(fine_tuned)
 
 
 def test_concurrent_visitors_share_the_engine_and_get_their_own_images(builtin_pipe):

@@ -23,7 +23,7 @@ from arjet.pipelines.glm_image import (
 from arjet.samplers import LogitsPolicy
 from arjet.session import DecodingSession, TransformersDecoder
 from arjet.session.noise import NoiseConditioning
-from arjet.testing import tiny_pipeline
+from arjet.testing import tiny_drafter, tiny_pipeline
 
 from reference import full_sequence_logits, transformers_glm_image_logits
 
@@ -258,13 +258,15 @@ def test_a_decode_reports_both_stages_and_reproduces(pipe):
 
 
 def test_every_sampler_paints_a_batch_of_three_and_fixed_seeds_reproduce():
-    """Each registered sampler at its defaults (sjd2 over an untrained noise conditioning), three images of
-    two prompts, through both stages to PIL images; the same seeds give the same codes and pixels."""
+    """Each registered sampler at its defaults (sjd2 over an untrained noise conditioning, eagle over a random
+    drafter), three images of two prompts, through both stages to PIL images; the same seeds give the same
+    codes and pixels."""
     pipe = tiny_pipeline("glm_image", grid=GRID, vocab_size=8, logit_scale=3.0)
     hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
     with torch.random.fork_rng():
         torch.manual_seed(0)
         pipe.register_modules(noise_conditioning=NoiseConditioning(hidden_size=hidden, levels=4))
+    tiny_drafter(pipe)  # for eagle
     prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]
     for sampler in arjet.samplers.available():
         first, again = (

@@ -18,7 +18,7 @@ import torch
 
 import arjet
 from arjet.session.noise import NoiseConditioning
-from arjet.testing import tiny_pipeline
+from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import guided
 from stats import drawn
@@ -55,6 +55,12 @@ TINY_SPECS = [
     ("lantern:k=4,delta=0.3", "greedy"),
     ("lantern:k=4,lam=2,bound=tv", "cfg"),
     ("zipar+lantern:w=2,window=4,k=4", "cfg"),
+    ("eagle", "cfg"),
+    ("eagle:window=6,tree_width=2,tree_depth=2", "top_p"),
+    ("eagle:window=8,tree_width=2", "greedy"),
+    ("lantern++", "cfg"),
+    ("lantern++:drafter=true,k=4,lam=2", "cfg"),
+    ("lantern:drafter=true,window=4,k=4,delta=0.3", "cfg"),
 ]
 BUILTIN_SPECS = {
     "shapes": ["ar", "sjd", "mc-sjd", "sjd-pac", "zipar", "zipar+sjd", "lantern", "lantern:bound=tv"],
@@ -71,7 +77,7 @@ def _tiny(family: str):
         noise = NoiseConditioning(hidden_size=hidden, levels=4)
         torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # untrained but active
     pipe.register_modules(noise_conditioning=noise)
-    return pipe
+    return tiny_drafter(pipe, fc_scale=3.0)
 
 
 @functools.cache

@@ -8,7 +8,7 @@ import torch
 from test_sjd2 import _with_noise_conditioning
 
 from arjet.samplers import SJD, SJD2, Sampler, ZipAR, decoding, get
-from arjet.testing import tiny_pipeline
+from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import decoded_grids
 
@@ -82,15 +82,20 @@ def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, 
         "lantern:k=3,window=3",
         "sjd-pac:window=16",
         "sjd-pac:window=9,tree_width=2,coupling=false,init=sample_vertical",
+        "lantern++:window=16,k=3",
+        "eagle:window=8,tree_width=2",
+        "lantern:drafter=true,window=4,k=3",
+        "lantern++:drafter=true,window=8,tree_width=2,k=3",
     ],
 )
 def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, sampler, counted):
     """Beyond one read every `CHECK_EVERY` steps, the reads are a fixed set-up (e.g. LANTERN's neighbour
-    table): the same for a grid of 36 cells and one of 100."""
+    table): the same for a grid of 36 cells and one of 100. The pipelines have a drafter (which only the
+    drafter samplers use)."""
     extra = []
     for side in (6, 10):
         grid = (side, side)
-        pipe = tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0)
+        pipe = tiny_drafter(tiny_pipeline(family, grid=grid, vocab_size=16, logit_scale=3.0))
         spy = counted(sampler)
         out = _decode(pipe, spy, grid)
         steps = _steps(out)  # forwards after each grid's prefill

@@ -16,15 +16,18 @@ from arjet.samplers import (
     SJD,
     SJDPAC,
     AcceptanceRule,
+    Eagle,
     Lantern,
     LogitsPolicy,
     ZipAR,
+    eagle,
     sjd_pac,
     speculative,
 )
 from arjet.samplers import drafts as drafts_module
+from arjet.samplers.random import sample as sampler_sample
 from arjet.samplers.sjd_pac import tree_nodes
-from arjet.testing import tiny_pipeline
+from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import guidance_of, statistical_logit_scale
 from stats import drawn, exact_joint, goodness_of_fit
@@ -268,7 +271,7 @@ def _longest_path_walk(generator):
     passes is kept, the first such path on ties. Resampling and the bonus stay textbook, so that only the
     selection is wrong."""
 
-    def walk(t, drafts, *, siblings, valid, u, tree):
+    def walk(t, drafts, *, siblings, valid, u, tree, rule=None, context=None):
         proposals, drafts = drafts.proposals, drafts.codes
         batch, depth, width = t.shape[0], tree.depth, tree.width
         u_node = torch.rand(batch, tree.children.shape[0], generator=generator, dtype=torch.float64)
@@ -382,4 +385,58 @@ def test_negative_control_sjd_pac_longest_path_is_rejected(policy, monkeypatch):
     pipe, exact = _one_tree_setup(policy)
     monkeypatch.setattr(sjd_pac, "walk_tree", _longest_path_walk(torch.Generator().manual_seed(0)))
     codes = _draw(pipe, ONE_TREE["K2-D3"], samples=2 * SAMPLES, policy=policy)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+# -- eagle: a drafter's proposals on sjd-pac's tree --------------------------------------------------------
+@functools.cache
+def _drafted(family):
+    """`_setup`'s pipeline (the same seeded weights, so the same exact joint) with a tiny random drafter."""
+    grid = GRIDS[family]
+    pipe = tiny_pipeline(family, grid=grid, vocab_size=4, logit_scale=LOGIT_SCALES[family])
+    return tiny_drafter(pipe, fc_scale=4.0), _setup(family)[1]
+
+
+EAGLE_TREES = [(1, 1, 3), (2, 2, 4), (2, 3, 8), (3, 2, 6)]  # (tree_width, tree_depth, window)
+
+
+@pytest.mark.parametrize(
+    ("width", "depth", "window"), EAGLE_TREES, ids=[f"K{k}-D{d}-W{w}" for k, d, w in EAGLE_TREES]
+)
+def test_eagle_is_lossless_in_a_batch(family, width, depth, window):
+    """Proposals from a random drafter (its CFG-mixed, processed distribution), verified on the tree."""
+    pipe, exact = _drafted(family)
+    sampler = Eagle(window=window, tree_width=width, tree_depth=depth)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+def test_eagle_is_lossless_with_top_p(family):
+    pipe, _ = _drafted(family)
+    policy = LogitsPolicy(temperature=1.2, top_p=0.8)
+    exact = exact_joint(pipe, PROMPT, GRIDS[family], policy, guidance_of(pipe))
+    assert (
+        goodness_of_fit(_draw(pipe, Eagle(window=6, tree_width=2, tree_depth=2), policy=policy), exact)
+        > ALPHA
+    )
+
+
+def test_eagle_is_lossless_where_the_controls_are_not():
+    _, exact = _one_tree_setup(NO_TOP_K)
+    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    codes = _draw(drafted, Eagle(window=4, tree_width=2, tree_depth=2), samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) > ALPHA
+
+
+def _sharpened_draws(probs, u):
+    """Draws from `probs` squared (renormalised) while the stepper records `probs` as the proposal."""
+    return sampler_sample(probs.square() / probs.square().sum(-1, keepdim=True), u)
+
+
+def test_negative_control_eagle_drafts_not_from_their_proposal_is_rejected(monkeypatch):
+    """A drafter whose codes are drawn from another distribution than the one recorded as their proposal
+    (e.g. a temperature applied to the draw only)."""
+    monkeypatch.setattr(eagle, "sample", _sharpened_draws)
+    _, exact = _one_tree_setup(NO_TOP_K)
+    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    codes = _draw(drafted, Eagle(window=4, tree_width=2, tree_depth=2), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW

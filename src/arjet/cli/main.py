@@ -13,12 +13,36 @@ import sys
 import warnings
 
 from .. import __version__
-from . import app, bench, convert_vqgan, domain_report, generate, models, samplers, serve, threads, train
+from . import (
+    app,
+    bench,
+    convert_drafter,
+    convert_vqgan,
+    domain_report,
+    generate,
+    models,
+    samplers,
+    serve,
+    threads,
+    train,
+)
 from . import eval as eval_command
 from .options import ArgumentParser
 
 # in the order `arjet --help` lists them
-COMMANDS = (generate, bench, eval_command, domain_report, app, serve, train, convert_vqgan, samplers, models)
+COMMANDS = (
+    generate,
+    bench,
+    eval_command,
+    domain_report,
+    app,
+    serve,
+    train,
+    convert_vqgan,
+    convert_drafter,
+    samplers,
+    models,
+)
 DESCRIPTION = """Fast, correct parallel decoding for autoregressive text-to-image models.
 
   arjet generate "a red circle left of a blue square" --sampler sjd --out circle.png

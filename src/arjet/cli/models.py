@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         traits = [index.get("_class_name", "?")]
         if (index.get("noise_conditioning") or [None])[0] is not None:
             traits.append("noise_conditioning (for sjd2)")
+        if (index.get("drafter") or [None])[0] is not None:
+            traits.append("drafter (for eagle, lantern / lantern++ with drafter=true)")
         if name == DEFAULT_MODEL:
             traits.append("the default")
         print(f"  {name:{width}}  {', '.join(traits)}")

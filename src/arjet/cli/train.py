@@ -1,4 +1,4 @@
-"""`arjet train vq|ar|clip|sjd2`: reproducible training of the built-in model's parts.
+"""`arjet train vq|ar|clip|sjd2|drafter`: reproducible training of the built-in model's parts.
 
 Each stage's options are the fields of its config (`arjet.train.configs`), one to one, typed and bounded
 by the field's own bounds, so `--batch-size 0` or `--max-minutes -1` ends as `arjet train STAGE: error:
@@ -26,6 +26,7 @@ JSON-lines log, and runs on CPU (the default) or a GPU (--device cuda).
   arjet train ar --vq runs/vq --out runs/ar --max-minutes 60
   arjet train clip --out runs/clip
   arjet train sjd2 --base runs/ar/pipeline --out runs/sjd2
+  arjet train drafter --base shapes --out runs/drafter
   accelerate launch -m arjet train sjd2 --base /models/Janus-Pro-1B --data pairs.jsonl --lora-rank 16
 
 `arjet train STAGE --help` lists a stage's options."""
@@ -35,6 +36,10 @@ SUMMARIES = {  # stage: (its line in `arjet train --help`, what it saves)
     "ar": ("the built-in Janus text-to-image model", "the AR pipeline"),
     "clip": ("the domain CLIP (offline CLIP score and FID features)", "the domain CLIP"),
     "sjd2": ("fine-tune any checkpoint for the sjd2 sampler (noisy-embedding inputs)", "the SJD2 pipeline"),
+    "drafter": (
+        "train a drafter for eagle / lantern / lantern++ on any checkpoint",
+        "the pipeline with its drafter",
+    ),
 }
 
 
@@ -137,6 +142,10 @@ def _trainer(stage: str):
         from ..train import clip
 
         return clip.train_clip
+    if stage == "drafter":
+        from ..train import drafter
+
+        return drafter.train_drafter
     from ..train import sjd2
 
     return sjd2.train_sjd2

@@ -27,6 +27,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
 from ..samplers.capture import compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
+from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
@@ -51,6 +52,8 @@ CAPABILITIES = {
     "codebook": "the image tokenizer's codebook",
     "noise_conditioning": "a checkpoint fine-tuned for noisy embeddings (a noise_conditioning component; "
     "`arjet train sjd2` makes one from any checkpoint)",
+    "drafter": "a trained drafter (a drafter component; `arjet train drafter` trains one for any checkpoint, "
+    "`arjet convert-drafter` converts LANTERN's released ones)",
 }
 
 
@@ -81,10 +84,11 @@ class BaseARPipeline(DiffusionPipeline):
     classifier_free_guidance: ClassVar[bool] = True
     guidance_hint: ClassVar[str] = ""
     _callback_tensor_inputs: ClassVar[list[str]] = ["codes", "commit_step"]
-    _optional_components: ClassVar[list[str]] = ["noise_conditioning"]
+    _optional_components: ClassVar[list[str]] = ["noise_conditioning", "drafter"]
     # weights of a component this family never reads (by prefix), which its checkpoints may therefore lack
     unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {}
-    noise_conditioning: NoiseConditioning | None = None  # the optional component (SJD2's fine-tune)
+    noise_conditioning: NoiseConditioning | None = None  # an optional component (SJD2's fine-tune)
+    drafter: Drafter | None = None  # an optional component (EAGLE / LANTERN's drafter head)
     _interrupt: bool = False  # a step callback sets it to stop the decode
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
     # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
@@ -460,6 +464,8 @@ class BaseARPipeline(DiffusionPipeline):
             offered.add("codebook")
         if self.noise_conditioning is not None:
             offered.add("noise_conditioning")
+        if self.drafter is not None:
+            offered.add("drafter")
         return offered
 
     def check_requirements(self, sampler: Sampler, label: str | None = None) -> None:

@@ -62,6 +62,7 @@ def decode_codes(
                 call.guidance_scale if call.guidance_scale != 1 else None,
                 codebook=pipe.image_tokenizer.codebook(),
                 noise=pipe.noise_conditioning,
+                drafter=pipe.drafter,
                 decoder=decoder,
             )
             runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None

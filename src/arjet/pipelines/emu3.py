@@ -15,6 +15,7 @@ from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 from .. import checks
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
+from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..vq.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
@@ -68,9 +69,12 @@ class Emu3Pipeline(BaseARPipeline):
         default_height: int | None = None,
         default_width: int | None = None,
         noise_conditioning: NoiseConditioning | None = None,
+        drafter: Drafter | None = None,
     ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning)
+        self.register_modules(
+            model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning, drafter=drafter
+        )
         self.register_to_config(
             image_area=image_area,
             prompt_suffix=prompt_suffix,

@@ -40,6 +40,7 @@ from .. import checks
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder
+from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..vq.glm_image import PIXELS_PER_CODE, GlmImageCodes
 from .base import BaseARPipeline
@@ -105,6 +106,7 @@ class GlmImagePipeline(BaseARPipeline):
         transformer: GlmImageTransformer2DModel,
         scheduler: FlowMatchEulerDiscreteScheduler,
         noise_conditioning: NoiseConditioning | None = None,
+        drafter: Drafter | None = None,
         preview_side: int = PREVIEW_SIDE,
         default_height: int | None = None,
         default_width: int | None = None,
@@ -121,6 +123,7 @@ class GlmImagePipeline(BaseARPipeline):
             transformer=transformer,
             scheduler=scheduler,
             noise_conditioning=noise_conditioning,
+            drafter=drafter,
         )
         self.register_to_config(
             preview_side=preview_side,

@@ -16,6 +16,7 @@ from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 from ..session import ImageLayout, Prefix
 from ..session.adapter import ModelAdapter, run_decoder
 from ..session.decoder import LlamaStackDecoder, fast_linear
+from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..vq.janus import JanusVQTokenizer
 from .base import BaseARPipeline
@@ -88,10 +89,13 @@ class JanusPipeline(BaseARPipeline):
         model: JanusForConditionalGeneration,
         tokenizer: PreTrainedTokenizerBase,
         noise_conditioning: NoiseConditioning | None = None,
+        drafter: Drafter | None = None,
         default_guidance_scale: float | None = None,
     ):
         super().__init__()
-        self.register_modules(model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning)
+        self.register_modules(
+            model=model, tokenizer=tokenizer, noise_conditioning=noise_conditioning, drafter=drafter
+        )
         self.register_to_config(default_guidance_scale=default_guidance_scale)
 
     # -- hooks --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocab
 from .. import checks
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
+from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..vq.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
@@ -108,10 +109,15 @@ class LuminaMGPTPipeline(BaseARPipeline):
         default_height: int | None = None,
         default_width: int | None = None,
         noise_conditioning: NoiseConditioning | None = None,
+        drafter: Drafter | None = None,
     ):
         super().__init__()
         self.register_modules(
-            model=model, tokenizer=tokenizer, vqgan=vqgan, noise_conditioning=noise_conditioning
+            model=model,
+            tokenizer=tokenizer,
+            vqgan=vqgan,
+            noise_conditioning=noise_conditioning,
+            drafter=drafter,
         )
         self.register_to_config(
             resolution=resolution, default_height=default_height, default_width=default_width

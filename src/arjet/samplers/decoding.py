@@ -172,6 +172,7 @@ class DecodeTrace:
         accepted = self.accepted.tolist()
         tokens = (self.codes >= 0).sum(1).tolist()
         commit_step = self.commit_step.to("cpu", copy=True)  # the trace may be reused (an engine lane)
+        drafted = self.session.drafter_passes.tolist()
         return [
             DecodeStats(
                 sampler=name,
@@ -179,6 +180,7 @@ class DecodeTrace:
                 tokens=tokens[i],
                 accepted_per_step=accepted[i][: steps[i]],
                 commit_step=commit_step[i].view(grid),
+                extra={"drafter_forwards": drafted[i]} if drafted[i] else {},
             )
             for i in range(self.session.batch_size)
         ]

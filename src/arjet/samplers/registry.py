@@ -15,8 +15,9 @@ from typing import Any
 
 from .ar import AR
 from .base import Sampler
+from .eagle import Eagle
 from .lantern import Lantern
-from .options import Option, options_of, parse_options
+from .options import MAX_SIZE, Option, options_of, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
 from .sjd_pac import SJDPAC
@@ -114,9 +115,56 @@ def _mc_sjd(**options: Any) -> SJD:
     return _sjd(coupling=True, **options)
 
 
-def _lantern(**options: Any) -> SJD:
+DRAFTER = Option(
+    "drafter",
+    bool,
+    False,
+    "propose with the pipeline's trained drafter (pipe.drafter) instead of Jacobi drafts",
+)
+_JACOBI_ONLY = ("init", "coupling")  # options of Jacobi drafts, which a drafter's proposals replace
+
+
+def _default(part: type, name: str) -> Any:
+    return next(option.default for option in options_of(part) if option.name == name)
+
+
+def _drafter_form(name: str, options: dict[str, Any], jacobi: type) -> None:
+    """Refuse Jacobi-draft options set away from their defaults together with `drafter=true`."""
+    for key in _JACOBI_ONLY:
+        if key in options and options[key] != _default(jacobi, key):
+            raise ValueError(f"{key} applies to Jacobi drafts; {name} with drafter=true takes no {key}")
+
+
+def _lantern(drafter: bool = False, **options: Any) -> SJD | Eagle:
+    """LANTERN's relaxed rule over SJD's Jacobi drafts, or with `drafter` over a drafter's chain."""
     rule, sjd = _split(options, Lantern)
+    if drafter:
+        _drafter_form("lantern", sjd, SJD)
+        return Eagle(window=sjd["window"], tree_width=1, tree_depth=1, acceptance=Lantern(**rule))
     return SJD(acceptance=Lantern(**rule), **sjd)
+
+
+LANTERN_PP_WINDOW = Option(
+    "window",
+    int,
+    None,
+    "inputs per forward, tree nodes included (none: sjd-pac's default, or eagle's with drafter=true)",
+    minimum=2,
+    maximum=MAX_SIZE,
+    none=True,
+)
+
+
+def _lantern_pp(drafter: bool = False, window: int | None = None, **options: Any) -> SJDPAC | Eagle:
+    """LANTERN++: LANTERN's rule on a static tree, over a drafter's proposals (`drafter`) or, training-free,
+    over SJD-PAC's Jacobi drafts."""
+    rule, tree = _split(options, Lantern)
+    acceptance = Lantern(**rule)
+    if drafter:
+        _drafter_form("lantern++", tree, SJDPAC)
+        shape = {key: tree[key] for key in ("tree_width", "tree_depth")}
+        return Eagle(window=window or _default(Eagle, "window"), acceptance=acceptance, **shape)
+    return SJDPAC(window=window or _default(SJDPAC, "window"), acceptance=acceptance, **tree)
 
 
 def _zipar_sjd(**options: Any) -> ZipAR:
@@ -132,8 +180,14 @@ def _zipar_lantern(**options: Any) -> ZipAR:
 register("ar", AR, ())
 register("sjd", _sjd, (*options_of(SJD), ACCEPTANCE))
 register("mc-sjd", _mc_sjd, (*options_of(SJD, frozenset({"coupling"})), ACCEPTANCE))
-register("lantern", _lantern, (*options_of(Lantern), *options_of(SJD)))
+register("lantern", _lantern, (*options_of(Lantern), *options_of(SJD), DRAFTER))
 register("sjd-pac", SJDPAC, options_of(SJDPAC))
+register("eagle", Eagle, options_of(Eagle))
+register(
+    "lantern++",
+    _lantern_pp,
+    (*options_of(Lantern), LANTERN_PP_WINDOW, *options_of(SJDPAC, frozenset({"window"})), DRAFTER),
+)
 register("sjd2", SJD2, options_of(SJD2))
 register("zipar", ZipAR, options_of(ZipAR))
 register("zipar+sjd", _zipar_sjd, (*options_of(ZipAR), *options_of(SJD), ACCEPTANCE))

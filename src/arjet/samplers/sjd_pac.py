@@ -22,6 +22,10 @@ Two things the official code does differently are not exact and are not done her
 leaf path with the longest accepted prefix (a later sibling can override an earlier one that passed), and
 it draws the next window's siblings from the coupling's residual while declaring them drawn from `p`.
 
+`acceptance=Lantern(...)` verifies every candidate against LANTERN's relaxed target instead (the
+training-free `lantern++`: a static tree with LANTERN's rule), and is then no longer exact (see `lantern`).
+`eagle` (`arjet.samplers.eagle`) runs this same step with a drafter's proposals in place of the Jacobi drafts.
+
 A path that left the main line sits in the session's branch slots; its codes are fed again at their own
 slots at the head of the next window (so the window reserves `tree_depth - 1` more inputs).
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -44,14 +48,13 @@ from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
 from .speculative import (
+    AcceptanceRule,
     Exact,
     JacobiOutcome,
     RuleContext,
     Uniforms,
     Verdict,
     conclude,
-    passes,
-    residual,
     verify,
 )
 
@@ -66,7 +69,8 @@ class SJDPAC(Sampler):
     """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
     `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
     3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
-    paper's ablation); `init`: how new draft slots are guessed, as in `sjd`."""
+    paper's ablation); `init`: how new draft slots are guessed, as in `sjd`; `acceptance`: `Exact()`
+    (lossless) or a relaxed rule such as `Lantern()` (the training-free `lantern++`)."""
 
     window: int = option(64, "inputs per forward, tree nodes included", minimum=2, maximum=MAX_SIZE)
     tree_width: int = option(
@@ -82,17 +86,21 @@ class SJDPAC(Sampler):
         True, "couple re-drafts with the old drafts (MC-SJD, the paper's adaptive continuation)"
     )
     init: str = option("random", "how new draft slots are guessed", choices=INIT_SCHEMES)
+    acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "sjd-pac"
     continuous: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        nodes = tree_nodes(self.tree_width, self.tree_depth)
-        if nodes > self.window:
+        check_tree(self.tree_width, self.tree_depth, self.window)
+        if not isinstance(self.acceptance, AcceptanceRule):
             raise ValueError(
-                f"tree_width={self.tree_width}, tree_depth={self.tree_depth} make a tree of {nodes} nodes, more "
-                f"than window={self.window}; use window >= {nodes} or a smaller tree"
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
             )
+
+    @property
+    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
+        return (("acceptance rule", self.acceptance),)
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
@@ -111,6 +119,16 @@ class SJDPAC(Sampler):
     def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
         return TreeStepper(self, decode)
+
+
+def check_tree(width: int, depth: int, window: int) -> None:
+    """Refuse a tree that does not fit in the window."""
+    nodes = tree_nodes(width, depth)
+    if nodes > window:
+        raise ValueError(
+            f"tree_width={width}, tree_depth={depth} make a tree of {nodes} nodes, more than window={window}; "
+            f"use window >= {nodes} or a smaller tree"
+        )
 
 
 @dataclass(frozen=True)
@@ -194,7 +212,8 @@ class TreeLayout:
 
 
 class TreeStepper(Stepper):
-    """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`."""
+    """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`. Where the drafts come from
+    is `start` and `redraft` (Jacobi re-drafts here; a drafter's in `eagle`)."""
 
     per_image = ("n", "pending", "drafts", "top1")
 
@@ -271,19 +290,22 @@ class TreeStepper(Stepper):
         t = self.decode.policy.probs(logits[:, tree.depth :])  # [B, N, V] the output of every node
 
         # 2. walk the tree, then the main chain beyond it
-        walk = walk_tree(t, drafts, siblings=siblings, valid=valid, u=sibling_accept, tree=tree)
+        rule, context = self.sampler.acceptance, RuleContext(session.codebook)
+        walk = walk_tree(
+            t, drafts, siblings=siblings, valid=valid, u=sibling_accept, tree=tree, rule=rule, context=context
+        )
         beyond = self.main_nodes[tree.depth + 1 :].expand(n.shape[0], -1)
         line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))
-        if uses_top1(self.sampler.init):
+        if self.tracks_top1():
             window_cells = n[:, None] + self.positions
             scatter_where(self.top1, window_cells, p.argmax(-1), valid)
         chain = verify(
             p[:, tree.depth : self.slots],
             drafts.slots(slice(tree.depth, None)),
             usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
-            rule=Exact(),
-            context=RuleContext(),
+            rule=rule,
+            context=context,
             u_accept=accept[:, tree.depth : self.slots],
         )
         verdict = Verdict(
@@ -309,10 +331,21 @@ class TreeStepper(Stepper):
         self.pending.copy_(torch.where(active, outcome.advanced - 1 - kept_main, 0).clamp(min=0))
         self.n += outcome.advanced
 
-        # 4. the samples after the commit become the next drafts; new slots get initial guesses
+        # 4. the next drafts
         if self.slots:
-            drafts.replace(outcome.next_drafts, outcome.next_proposals)
-            self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
+            self.redraft(outcome, active=active, line=line, guess=guess)
+
+    def redraft(
+        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor
+    ) -> None:
+        """The samples after the commit become the next drafts; new slots get initial guesses. `line [B, M]`:
+        the node whose output predicted each window position; `guess [B, M]` uniforms."""
+        self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
+        self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
+
+    def tracks_top1(self) -> bool:
+        """Whether the latest argmax of every cell is kept (for the `init` schemes that read it)."""
+        return uses_top1(self.sampler.init)
 
     def conclude(
         self,
@@ -331,15 +364,26 @@ class TreeStepper(Stepper):
             valid=valid,
             verdict=verdict,
             uniforms=uniforms,
-            coupling=self.sampler.coupling,
+            coupling=self.coupling(),
             carry_limit=length,
         )
+
+    def coupling(self) -> bool:
+        """Whether re-drafts are coupled with the old drafts (MC-SJD)."""
+        return self.sampler.coupling
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses, with the proposals they were drawn from, for the `fresh [B, S]` slots inside the
         image."""
         refill_window(
-            self.drafts, self.n, self.decode, scheme=self.sampler.init, fresh=fresh, top1=self.top1, u=u
+            self.drafts,
+            self.n,
+            self.decode,
+            scheme=self.sampler.init,
+            fresh=fresh,
+            top1=self.top1,
+            u=u,
+            uniform=self.sampler.acceptance.uniform_guesses,
         )
 
 
@@ -364,10 +408,13 @@ def walk_tree(
     valid: torch.Tensor,
     u: torch.Tensor,
     tree: TreeLayout,
+    rule: AcceptanceRule | None = None,
+    context: RuleContext | None = None,
 ) -> Walk:
     """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
-    order (`verify_siblings`) and the first that passes extends the path. `t [B, N, V]` node outputs;
-    `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]`; `valid [B, M]`; `u [B, D, K]`."""
+    order (`verify_siblings`, with `rule`: exact by default) and the first that passes extends the path.
+    `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]`; `valid [B, M]`;
+    `u [B, D, K]`."""
     batch = t.shape[0]
     node = torch.zeros(batch, dtype=torch.long, device=t.device)
     alive = torch.ones(batch, dtype=torch.bool, device=t.device)
@@ -379,7 +426,9 @@ def walk_tree(
         usable = alive & valid[:, j]
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
         candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
-        rank, found, left = verify_siblings(target, drafts.proposals[:, j], candidates, u[:, j])
+        rank, found, left = verify_siblings(
+            target, drafts.proposals[:, j], candidates, u[:, j], rule=rule, context=context
+        )
         passed = usable & found
         failed = usable & ~found
         rejected |= failed
@@ -417,24 +466,35 @@ def draw_siblings(q: torch.Tensor, main: torch.Tensor, u: torch.Tensor) -> torch
 
 
 def verify_siblings(
-    target: torch.Tensor, q: torch.Tensor, candidates: torch.Tensor, u: torch.Tensor
+    target: torch.Tensor,
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    u: torch.Tensor,
+    *,
+    rule: AcceptanceRule | None = None,
+    context: RuleContext | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
     drawn without replacement, see `sibling_proposal`) against `target [..., V]`, uniforms `u [..., K]`.
     Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
     t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
     (what the depth draws from when none passed); the committed code is then distributed exactly as
-    `target`."""
+    `target`. A relaxed `rule` (LANTERN) verifies each candidate against its own relaxed target `t~_k(x)`
+    and continues from that target's residual (`AcceptanceRule.verify`); the code is then within the rule's
+    bound of `target`, not exact."""
+    rule = rule or Exact()
+    context = context or RuleContext()
     drawn = torch.zeros_like(q, dtype=torch.bool)
     rank = torch.zeros(candidates.shape[:-1], dtype=torch.long, device=q.device)
     found = torch.zeros_like(rank, dtype=torch.bool)
     for k in range(candidates.shape[-1]):
         code = candidates[..., k]
         proposal = q if k == 0 else sibling_proposal(q, drawn)
-        ok = ~found & passes(target, proposal, code, u[..., k])
+        t_x, rest = rule.verify(target, proposal, code, context)
+        q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
+        ok = ~found & (u[..., k] * q_x < t_x)
         rank = torch.where(ok, k, rank)
         found |= ok
-        rest = residual(target, proposal)
         target = torch.where(found[..., None], target, rest / rest.sum(-1, keepdim=True))
         drawn = _marked(drawn, code)
     return rank, found, target

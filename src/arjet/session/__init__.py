@@ -3,12 +3,14 @@
 from .adapter import ModelAdapter
 from .cache import SlotCache
 from .decoder import CompiledDecoder, LlamaStackDecoder, StaticDecoder, TransformersDecoder
+from .drafter import Drafter
 from .layout import ImageLayout, Prefix
 from .session import DecodingSession
 
 __all__ = [
     "CompiledDecoder",
     "DecodingSession",
+    "Drafter",
     "ImageLayout",
     "LlamaStackDecoder",
     "ModelAdapter",

@@ -196,7 +196,10 @@ class LlamaStackDecoder:
     block (`post_self_attn_layernorm`, `post_mlp_layernorm`); `fused_mlp`: the MLP's gate and up projections
     are one layer (`gate_up_proj`, gate first). `mrope_section`: the multimodal rotary embedding's frequency
     sections (GLM-Image: temporal, height, width in turn), read with `[rows, m, 3]` positions. A rotary
-    table narrower than the heads (`partial_rotary_factor`) rotates the leading dimensions only."""
+    table narrower than the heads (`partial_rotary_factor`) rotates the leading dimensions only.
+    `final_norm`: normalise the last layer's output (False for a drafter's block, whose output estimates the
+    target's normalised hidden state); a layer whose `input_layernorm` is `nn.Identity` has no input norm
+    (an EAGLE drafter's block as in LANTERN's LlamaGen drafters)."""
 
     reads_span_only = True
 
@@ -209,6 +212,7 @@ class LlamaStackDecoder:
         sandwich_norm: bool = False,
         fused_mlp: bool = False,
         mrope_section: Sequence[int] | None = None,
+        final_norm: bool = True,
     ):
         if swin_norm and sandwich_norm:
             raise ValueError("a layer has either swin_norm (post-norm) or sandwich_norm (pre- and post-norm)")
@@ -238,7 +242,7 @@ class LlamaStackDecoder:
             self._layer(layer, group, pack, qk_norm)
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
-        self.norm = backbone.norm
+        self.norm = backbone.norm if final_norm else None
 
     def _layer(self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
@@ -248,7 +252,8 @@ class LlamaStackDecoder:
             gate_up_projection = _fused(tuple(gate_up), pack, sizes=(half, half))
         else:
             gate_up_projection = _fused(tuple(gate_up), pack)
-        pre_attention = None if self.swin_norm else layer.input_layernorm
+        unnormed = self.swin_norm or isinstance(layer.input_layernorm, nn.Identity)
+        pre_attention = None if unnormed else layer.input_layernorm
         pre_mlp = None if self.swin_norm else layer.post_attention_layernorm
         if self.swin_norm:
             post_attention, post_mlp = layer.input_layernorm, layer.post_attention_layernorm

@@ -20,6 +20,11 @@ the body, so it can never be committed. `sees [n, n]` then says which of the cal
 sees (an ancestry, replacing the group rule); still only inputs at earlier positions. A path that left the
 main line is kept by feeding its codes again, as ordinary inputs at their own slots, in a later call.
 
+Hidden states: after every call `last_hidden [rows, n, d]` holds the target's last hidden state (after its
+final norm) at each query's last input, per CFG row (an image's conditional row, then its unconditional
+one), and `first_hidden [rows, d]` the prefill's at the prompt's last token: what a drafter reads
+(`drafter`, the capability "drafter"; `arjet.session.drafting` runs it).
+
 Rollback is implicit: the inputs of a call stay in the cache only if `commit` keeps them; otherwise
 their slots are simply overwritten later.
 
@@ -46,6 +51,7 @@ import torch
 
 from .adapter import ModelAdapter
 from .decoder import StaticDecoder, TransformersDecoder
+from .drafter import Drafter
 from .layout import ImageLayout, Prefix
 from .noise import NoiseConditioning
 
@@ -109,10 +115,14 @@ class DecodingSession:
         codebook: torch.Tensor | None = None,
         noise: NoiseConditioning | None = None,
         decoder: StaticDecoder | None = None,
+        drafter: Drafter | None = None,
     ):
         self.adapter = adapter
         self.codebook = codebook  # [V, d] VQ code vectors: the capability "codebook"
         self.noise = noise  # a fine-tune for noisy code embeddings: the capability "noise_conditioning"
+        self.drafter = (
+            drafter  # an EAGLE-style head over this model's hidden states: the capability "drafter"
+        )
         self._code_table: torch.Tensor | None = None
         self.layout = layout
         self.guided = guidance_scale is not None
@@ -129,6 +139,7 @@ class DecodingSession:
         self.misuse = torch.zeros(len(Misuse), dtype=torch.bool, device=self.device)  # flags by `Misuse`
         self.count = 0
         self.forward_passes = torch.zeros(self._batch, dtype=torch.long, device=self.device)
+        self.drafter_passes = torch.zeros_like(self.forward_passes)  # the drafter's, `arjet.session.drafting`
         self._row_end_tokens = torch.tensor(layout.row_end_ids, dtype=torch.long, device=self.device)
         self._start = self.prefix.start_positions().clone()  # [rows] each row's first body position
         self._grid_offsets = layout.grid_offsets(self.device) if layout.grid_positions else None
@@ -156,6 +167,11 @@ class DecodingSession:
     @property
     def batch_size(self) -> int:
         return self._batch
+
+    @property
+    def rows(self) -> int:
+        """Sequences in the cache: two per image under CFG (side by side), else one."""
+        return self._rows
 
     def reserve_branches(self, count: int) -> None:
         """Room for `count` branch inputs (see `logits(branch=)`), each with slots for its row-end tokens.
@@ -215,13 +231,14 @@ class DecodingSession:
                 raise ValueError(f"sees must be [n, n] or [batch, n, n] with n={n}; got {tuple(sees.shape)}")
             sees = sees.to(self.device, torch.bool).expand(self._batch, n, n)
         inputs = self._pack(cells, ephemeral, group, n if row_ends is None else min(row_ends, n), branch)
-        rows = self._both_halves
+        rows = self.both_halves
         embeds = rows(self._embed_inputs(cells, codes, inputs, embeddings, embedded))
         positions = self._body_positions(rows(inputs.home))
         hidden = self._forward(embeds, rows(inputs.slots), self._allowed(inputs, sees), positions)
         last = rows(inputs.last)
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
-        guided = self._guide(self.adapter.code_logits(hidden).float())
+        self.last_hidden = hidden
+        guided = self.guide(self.adapter.code_logits(hidden).float())
         first = torch.where((cells == 0)[..., None], self.first_logits[:, None, :], 0.0)
         reach = torch.where(inputs.real, inputs.home, 0).amax().view(1)
         self.frontier.copy_(torch.maximum(self.frontier, reach))
@@ -244,7 +261,7 @@ class DecodingSession:
         self.misuse[Misuse.BRANCH_COMMITTED] |= (kept & last.branch).any()
         kept &= ~last.ephemeral & ~last.branch
         slots = torch.where(kept, last.slots, self.scratch)
-        self.filled.scatter_(1, self._both_halves(slots), True)
+        self.filled.scatter_(1, self.both_halves(slots), True)
         self.filled[:, self.scratch] = False
 
     def reserve(self, cells: int) -> None:
@@ -294,7 +311,9 @@ class DecodingSession:
         view.cache = self.decoder.rows(self.cache, rows)
         view.filled = self.filled[rows]
         view.forward_passes = self.forward_passes[start:stop]
+        view.drafter_passes = self.drafter_passes[start:stop]
         view.first_logits = self.first_logits[start:stop]
+        view.first_hidden = self.first_hidden[rows]
         view.prompt_end, view.body_start = self.prompt_end[start:stop], self.body_start[start:stop]
         view.count = 0
         view._last = None
@@ -327,6 +346,7 @@ class DecodingSession:
         self.body_start.fill_(length + self.body_offset)
         self.filled.zero_()
         self.forward_passes.zero_()
+        self.drafter_passes.zero_()
         self._last = None
         self.first_logits.copy_(self._prefill(length))
 
@@ -338,13 +358,14 @@ class DecodingSession:
         order = torch.arange(self._rows, device=prefix.ids.device).view(2, -1).t().flatten()
         return prefix.select(order)
 
-    def _both_halves(self, x: torch.Tensor) -> torch.Tensor:
+    def both_halves(self, x: torch.Tensor) -> torch.Tensor:
         """Per-image `[B, ...]` as per-row `[rows, ...]` (each image's value for both of its CFG rows)."""
         if not self.guided:
             return x
         return x[:, None].expand(x.shape[0], 2, *x.shape[1:]).reshape(2 * x.shape[0], *x.shape[1:])
 
-    def _guide(self, logits: torch.Tensor) -> torch.Tensor:
+    def guide(self, logits: torch.Tensor) -> torch.Tensor:
+        """Per-row logits `[rows, ...]` mixed per image with the guidance scale: `[B, ...]`."""
         if not self.guided:
             return logits
         cond, uncond = logits.view(self._batch, 2, *logits.shape[1:]).unbind(1)
@@ -352,7 +373,7 @@ class DecodingSession:
 
     def _body_positions(self, home: torch.Tensor) -> torch.Tensor:
         """Rotary positions `[rows, m]` (`[rows, m, 3]` with grid positions) of inputs at body slots `home`."""
-        offset = home - self._both_halves(self.body_start)[:, None]
+        offset = home - self.both_halves(self.body_start)[:, None]
         if self._grid_offsets is None:
             return offset + self._start[:, None]
         return self._start[:, None, None] + self._grid_offsets[offset.clamp(0, len(self._grid_offsets) - 1)]
@@ -374,7 +395,7 @@ class DecodingSession:
         group; or what `sees [B, n, n]` allows)."""
         span = self._span
         keys = self._keys[:span]
-        rows = self._both_halves
+        rows = self.both_halves
         batch, width = inputs.slots.shape
         shared = inputs.real & ~inputs.ephemeral
         inside = inputs.slots < span
@@ -439,7 +460,11 @@ class DecodingSession:
         if counted:
             self.count += 1
             self.forward_passes += 1
-        return self._guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
+        if self._is_view:  # a lane view's admit: its rows of the session's tensor
+            self.first_hidden.copy_(hidden[:, -1])
+        else:
+            self.first_hidden = hidden[:, -1].clone()
+        return self.guide(self.adapter.code_logits(hidden[:, -1:]).float())[:, 0]
 
     def _pack(
         self,

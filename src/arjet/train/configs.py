@@ -240,4 +240,43 @@ class SJD2TrainConfig:
     log_every: int = positive(50, "steps between log lines")
 
 
-STAGES = {"vq": VQTrainConfig, "ar": ARTrainConfig, "clip": ClipTrainConfig, "sjd2": SJD2TrainConfig}
+@dataclass
+class DrafterTrainConfig:
+    """`arjet train drafter`: an EAGLE-style drafter for any checkpoint, by self-distillation (LANTERN): the
+    model generates codes for a prompt set, and the drafter learns its next hidden state and next-code
+    distribution from its own hidden states."""
+
+    base: str = option("shapes", "the checkpoint to draft for (a built-in name or a folder, any family)")
+    out: str = output(
+        "artifacts/drafter", "output folder: pipeline/ (base + drafter), drafter/, train_log.jsonl"
+    )
+    prompts: str = option(
+        "shapes",
+        "'shapes' (the built-in domain's prompts) or a prompt file: .txt (one a line), .json (a list, or "
+        "COCO captions), .jsonl (prompt or caption records)",
+    )
+    images: int = positive(512, "images the model generates for the training set")
+    data_sampler: str = option("sjd-pac", "the (exact) sampler that generates them")
+    data_batch: int = positive(32, "images generated per call")
+    seed: int = seed()
+    heads: int = positive(8, "attention heads of the drafter's block")
+    intermediate_size: int = option(0, "MLP width of the drafter's block (0: twice the model's width)")
+    batch_size: int = positive(16, "sequences (one per CFG row) per step")
+    lr: float = rate(1e-3, "AdamW learning rate")
+    min_lr: float = rate(1e-4, "below lr: cosine decay to it", zero=True)
+    warmup_steps: int = option(50, "steps of linear warm-up")
+    p_weight: float = option(0.1, "weight of the next-code loss (EAGLE's 0.1) beside the hidden-state loss")
+    max_steps: int = max_steps(3000)
+    max_minutes: float = max_minutes(30.0)
+    device: str = device()
+    threads: int = threads()
+    log_every: int = positive(50, "steps between log lines")
+
+
+STAGES = {
+    "vq": VQTrainConfig,
+    "ar": ARTrainConfig,
+    "clip": ClipTrainConfig,
+    "sjd2": SJD2TrainConfig,
+    "drafter": DrafterTrainConfig,
+}

@@ -1,0 +1,148 @@
+"""`eagle`: speculative decoding with a trained drafter (EAGLE, Li et al. 2024; the drafter LANTERN and
+LANTERN++ train), over SJD-PAC's static tree; lossless with the exact rule.
+
+The drafter (`session.drafter`, see `arjet.session.drafter`) reads the target's last hidden states and
+proposes the next codes. After every forward of the target it catches up on the cells just committed (one
+drafter forward over the window: the target's hidden state at each committed input, paired with the
+committed code), then drafts the main chain one code at a time from its own outputs, each code drawn from
+the drafter's processed distribution (its CFG-mixed logits through the same temperature / top-k / top-p as
+the target) and recorded with it as that slot's proposal. The target then verifies a window exactly as
+`sjd-pac` does (`arjet.samplers.sjd_pac`): the root, the drafted main chain, and at the first
+`tree_depth - 1` draft depths `tree_width - 1` siblings drawn without replacement from the same proposal
+(a static Cartesian tree), verified with the multi-draft rule; a path that reaches a node without children
+takes a bonus code from the target. Every candidate's proposal is fixed before it is drawn and never
+depends on the target's draws, so with `Exact()` the committed codes have exactly `ar`'s distribution,
+whatever the drafter (a random one only accepts less).
+
+With `acceptance=Lantern(...)` (`lantern:drafter=true`, `lantern++:drafter=true`) each candidate is
+verified against LANTERN's relaxed target instead: faster, and within the rule's bound of `ar` per code, not
+exact (`arjet.samplers.lantern` says what each form guarantees).
+
+Drafter cost per target forward: one catch-up forward and `window - tree nodes + tree_depth - 2` chain
+forwards, each of one input per CFG row (`DecodeStats.extra["drafter_forwards"]` counts them). Shapes are fixed, nothing
+reads the device, and Python loops run over the chain's slots only. The drafter's cache is not split into
+lanes, so this sampler is not continuous (an engine decodes its requests one call at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from ..session.drafting import DraftingCache
+from .base import Sampler
+from .decoding import Decode
+from .options import MAX_SIZE, check_fits_grid, option
+from .random import sample
+from .sjd_pac import TreeStepper, check_tree
+from .speculative import AcceptanceRule, Exact, JacobiOutcome
+
+
+@dataclass
+class Eagle(Sampler):
+    """`window`: target inputs per forward, tree nodes included (the root, the drafted chain and the
+    siblings); `tree_width`: candidates per tree depth; `tree_depth`: tree levels counting the root;
+    `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
+
+    window: int = option(16, "target inputs per forward, tree nodes included", minimum=2, maximum=MAX_SIZE)
+    tree_width: int = option(
+        3, "candidates per tree depth (the drafted code and its siblings)", minimum=1, maximum=64
+    )
+    tree_depth: int = option(
+        3,
+        "tree levels, the root included (siblings at the first tree_depth - 1 draft depths)",
+        minimum=1,
+        maximum=16,
+    )
+    acceptance: AcceptanceRule = field(default_factory=Exact)
+    name: ClassVar[str] = "eagle"
+    requires: ClassVar[frozenset[str]] = frozenset({"drafter"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_tree(self.tree_width, self.tree_depth, self.window)
+        if not isinstance(self.acceptance, AcceptanceRule):
+            raise ValueError(
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
+            )
+
+    @property
+    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
+        return (("acceptance rule", self.acceptance),)
+
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
+        """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
+        check_fits_grid("window", self.window, type(self).window, grid, max_window)
+        if vocab_size is not None and self.tree_width > vocab_size:
+            raise ValueError(
+                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
+                f"vocabulary; use tree_width <= {vocab_size}"
+            )
+
+    def run(self, decode: Decode) -> None:
+        decode.run(self.stepper(decode), decode.session.num_cells - 1)
+
+    def stepper(self, decode: Decode) -> DrafterStepper:
+        if decode.session.drafter is None:
+            raise ValueError(f"{self.name} needs a drafter (the capability 'drafter'); this session has none")
+        self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
+        return DrafterStepper(self, decode)
+
+
+class DrafterStepper(TreeStepper):
+    """SJD-PAC's tree step with the drafter's proposals as the drafts (`start`, `redraft`)."""
+
+    def __init__(self, sampler: Eagle, decode: Decode):
+        super().__init__(sampler, decode)
+        self.drafting = DraftingCache(decode.session)
+
+    def tracks_top1(self) -> bool:
+        return False
+
+    def coupling(self) -> bool:
+        return False
+
+    def start(self, first: torch.Tensor) -> None:
+        """Pair the prefill's hidden state with cell 0's code, then draft the first chain."""
+        self.n.fill_(1)
+        self.pending.zero_()
+        session = self.decode.session
+        cell = torch.zeros_like(first)[:, None]
+        logits, out = self.drafting.forward(session.first_hidden[:, None], first[:, None], cell)
+        self._chain(logits[:, 0], out[:, 0])
+
+    def redraft(
+        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor
+    ) -> None:
+        """Catch up on the cells this step committed (the target's hidden state at the node that predicted
+        each, with its code), then draft the chain from the last one's output."""
+        session, tree = self.decode.session, self.tree
+        width = session.last_hidden.shape[-1]
+        nodes = session.both_halves(tree.depth + line)  # [rows, M] the query of each window position
+        hidden = session.last_hidden.gather(1, nodes[..., None].expand(-1, -1, width))
+        start = self.n - outcome.advanced
+        cells = torch.where(outcome.committed, start[:, None] + self.positions, -1)
+        logits, out = self.drafting.forward(hidden, outcome.codes, cells)
+        last = (outcome.advanced - 1).clamp(min=0)
+        logits = logits.gather(1, last[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        rows_last = session.both_halves(last)
+        out = out.gather(1, rows_last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
+        self._chain(logits, out)
+
+    def _chain(self, logits: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Draft slots `0..S-1` (cells `n..n+S-1`) one after another: `logits [B, V]` predict cell `n`,
+        `hidden [rows, d]` is the drafter's output that gave them."""
+        drafts, n = self.drafts, self.n
+        u = self.decode.random.uniform(self.slots)
+        for j in range(self.slots):
+            q = self.decode.policy.probs(logits)
+            code = sample(q, u[:, j])
+            drafts.codes[:, j] = code
+            drafts.proposals[:, j] = q
+            if j + 1 < self.slots:
+                logits, out = self.drafting.forward(hidden[:, None], code[:, None], (n + j)[:, None])
+                logits, hidden = logits[:, 0], out[:, 0]

@@ -1,0 +1,149 @@
+"""A drafter: a one-layer EAGLE-style head (Li et al., 2024; what LANTERN and LANTERN++ train) that reads
+the target model's last hidden state and proposes the next image code.
+
+For the pair `(h_t, x_{t+1})` (the target's hidden state after its final norm at the input of cell `t`, and
+the code of cell `t + 1`) the head fuses `z = fc(cat[e(x_{t+1}), h_t])` (the embedding first, as in the
+official checkpoints), runs one decoder block over the pairs so far, and returns its output `h^_{t+1}` (no
+final norm): an estimate of the target's next hidden state, whose next-code logits come from the
+target's own code head (`ModelAdapter.code_logits`) and whose code embeddings are the target's input
+embeddings of image codes (`ModelAdapter.embed_codes`). The drafter therefore holds only `fc` and the block.
+
+`block="llama"` is a Llama block (what `arjet train drafter` trains for any family); `block="chameleon"` is
+Chameleon's (per-head query / key layer norms), the block of the drafters LANTERN released for
+Lumina-mGPT and Anole (`arjet convert-drafter` reads them). The module is a pipeline component, `pipe.drafter`,
+saved and loaded as safetensors like the pipeline's other components; its presence is the capability
+"drafter" that `eagle` and the drafter forms of `lantern` / `lantern++` need.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+from .adapter import ModelAdapter
+from .decoder import LlamaStackDecoder
+
+BLOCKS = ("llama", "chameleon")
+
+
+class Drafter(ModelMixin, ConfigMixin):
+    """`hidden_size`: the target's; `intermediate_size`, `num_attention_heads`, `num_key_value_heads`: the
+    block's; `block`: `"llama"` or `"chameleon"`; `fc_bias`: whether the fusion has a bias (the official
+    drafters do); `input_norm`: whether the block normalises its input (EAGLE-1's LlamaGen drafter does not)."""
+
+    @register_to_config
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        num_attention_heads: int,
+        num_key_value_heads: int | None = None,
+        rms_norm_eps: float = 1e-6,
+        rope_theta: float = 10000.0,
+        max_position_embeddings: int = 16384,
+        block: str = "llama",
+        fc_bias: bool = True,
+        input_norm: bool = True,
+    ):
+        super().__init__()
+        if block not in BLOCKS:
+            raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads}"
+            )
+        self.fc = nn.Linear(2 * hidden_size, hidden_size, bias=fc_bias)
+        block_config = _block_config(
+            block,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads or num_attention_heads,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            max_position_embeddings=max_position_embeddings,
+        )
+        self.block_config = block_config
+        self.layers = nn.ModuleList([_block_class(block)(block_config, 0)])
+        if not input_norm:
+            self.layers[0].input_layernorm = nn.Identity()
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        self.rotary_emb = LlamaRotaryEmbedding(config=block_config)
+
+    @classmethod
+    def for_adapter(
+        cls,
+        adapter: ModelAdapter,
+        *,
+        intermediate_size: int | None = None,
+        num_attention_heads: int = 4,
+        **kwargs,
+    ) -> Drafter:
+        """A randomly initialised drafter sized for the target behind `adapter` (its code embeddings' width);
+        `intermediate_size` defaults to twice that width."""
+        with torch.no_grad():
+            width = adapter.embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+        return cls(
+            hidden_size=width,
+            intermediate_size=intermediate_size or 2 * width,
+            num_attention_heads=num_attention_heads,
+            **kwargs,
+        )
+
+    def fuse(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """`fc(cat[e(x_{t+1}), h_t])` for `[..., d]` each."""
+        dtype = self.fc.weight.dtype
+        return self.fc(torch.cat([code_embeddings.to(dtype), hidden.to(dtype)], -1))
+
+    def stack(self) -> LlamaStackDecoder:
+        """The block as a static-cache decoder (`arjet.session.decoder`): no final norm, Chameleon's query /
+        key norms for `block="chameleon"`; one per decode, as the target's."""
+        backbone = SimpleNamespace(
+            config=self.block_config, layers=self.layers, rotary_emb=self.rotary_emb, norm=None
+        )
+        return LlamaStackDecoder(backbone, qk_norm=self.config.block == "chameleon", final_norm=False)
+
+    def forward(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced outputs `[N, m, d]` for whole sequences of pairs (`[N, m, d]` each, position `j` at
+        `j`, causal): what training fits to the target's next hidden states."""
+        rows, length, _ = hidden.shape
+        stack = self.stack()
+        cache = stack.new_cache(rows, length)
+        slots = torch.arange(length, device=hidden.device).expand(rows, length)
+        causal = slots[0][None, :] <= slots[0][:, None]
+        mask = torch.zeros(length, length, dtype=self.fc.weight.dtype, device=hidden.device)
+        mask = mask.masked_fill(~causal, torch.finfo(mask.dtype).min)[None, None].expand(rows, 1, -1, -1)
+        return stack.forward(cache, self.fuse(code_embeddings, hidden), slots, slots, mask)
+
+
+def _block_class(block: str) -> type:
+    if block == "chameleon":
+        from transformers.models.chameleon.modeling_chameleon import ChameleonDecoderLayer
+
+        return ChameleonDecoderLayer
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    return LlamaDecoderLayer
+
+
+def _block_config(block: str, **sizes):
+    """The transformers config of one block (no vocabulary: the target's embeddings and head are used)."""
+    if block == "chameleon":
+        from transformers import ChameleonConfig as Config
+    else:
+        from transformers import LlamaConfig as Config
+    return Config(
+        num_hidden_layers=1,
+        vocab_size=1,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attention_bias=False,
+        mlp_bias=False,
+        **sizes,
+    )

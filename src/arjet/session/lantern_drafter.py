@@ -1,0 +1,116 @@
+"""LANTERN's released drafters (`jadohu/LANTERN`, e.g. `sihwanpark/LANTERN-Lumina-mGPT-7B-768`) as arjet
+drafters.
+
+The official folder holds `config.json` (the base model's config with `num_hidden_layers: 1`, optionally a
+`bias` key for the fusion) and the head's weights in `pytorch_model.bin` or `model.safetensors` (a training
+state folder also holds `model_1.safetensors`, the frozen code head, which is not read). Its keys:
+`embed_tokens.weight` (a frozen copy of the target's embeddings: dropped, arjet reads the target's own),
+`fc.weight` / `fc.bias` (the bias optional), and one block under `layers.0.`: `self_attn.{q,k,v,o}_proj`,
+Chameleon's per-head `self_attn.{q,k}_norm.{weight,bias}` (`[1, head_dim]` in the Lumina-mGPT drafter, one
+norm for every head, `[heads, head_dim]` in Anole's), `mlp.{gate,up,down}_proj`, `input_layernorm` (absent
+from EAGLE-1's LlamaGen layout) and `post_attention_layernorm`. Prefixes `module.` and `_orig_mod.`
+(distributed or compiled training) are stripped. Torch files are read as tensors only.
+
+What differs at decode time (see the README): arjet's drafter cache holds the image's cells only, not the
+prompt's pairs, and skips the row-end tokens the official code feeds through the drafter; LlamaGen's 2-D
+rotary embedding is not reproduced (arjet has no LlamaGen family).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..weights import load_tensors
+from .drafter import Drafter
+
+WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")  # the official loader's order
+DROPPED = ("embed_tokens.weight",)
+PREFIXES = ("module.", "_orig_mod.")
+PROVIDE = "pass the folder of a LANTERN drafter (config.json with pytorch_model.bin or model.safetensors)"
+
+
+def read_lantern_drafter(folder: str | os.PathLike) -> Drafter:
+    """The arjet `Drafter` holding the weights of the official drafter in `folder`."""
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; {PROVIDE}")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    if weights is None:
+        raise FileNotFoundError(f"{folder} has neither {' nor '.join(WEIGHT_FILES)}; {PROVIDE}")
+    state = official_state(load_tensors(weights, "LANTERN drafter weights", PROVIDE))
+    drafter = Drafter(**drafter_config(config, state))
+    state = _expanded_norms(state, drafter.config.num_attention_heads)
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(
+            f"{weights} does not hold a LANTERN drafter of the layout its config describes: missing "
+            f"{sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}; {PROVIDE}"
+        )
+    return drafter.eval()
+
+
+def convert_lantern_drafter(folder: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write the official drafter in `folder` as an arjet drafter folder `out` (config.json and
+    safetensors), which `Drafter.from_pretrained(out)` loads."""
+    drafter = read_lantern_drafter(folder)
+    drafter.save_pretrained(out)
+    return Path(out)
+
+
+def official_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The official state dict without wrapper prefixes and without the embedding copy."""
+    cleaned = {}
+    for key, value in state.items():
+        for prefix in PREFIXES:
+            key = key.removeprefix(prefix)
+        if key not in DROPPED:
+            cleaned[key] = value
+    return cleaned
+
+
+def drafter_config(config: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """`Drafter` arguments from the official `config.json` and what the weights show (the block: Chameleon's
+    when there are query norms; the input norm and the fusion's bias when present)."""
+    try:
+        hidden = int(config["hidden_size"])
+        sizes = dict(
+            hidden_size=hidden,
+            intermediate_size=int(config["intermediate_size"]),
+            num_attention_heads=int(config["num_attention_heads"]),
+            num_key_value_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"the drafter's config.json lacks a usable {error}; {PROVIDE}") from None
+    fc = state.get("fc.weight")
+    if fc is None or tuple(fc.shape) != (hidden, 2 * hidden):
+        shape = None if fc is None else tuple(fc.shape)
+        raise ValueError(
+            f"fc.weight should be [{hidden}, {2 * hidden}] for hidden_size {hidden}, got {shape}"
+        )
+    return dict(
+        sizes,
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(config.get("rope_theta") or 10000.0),
+        max_position_embeddings=int(config.get("max_position_embeddings") or 16384),
+        block="chameleon" if "layers.0.self_attn.q_norm.weight" in state else "llama",
+        fc_bias="fc.bias" in state,
+        input_norm="layers.0.input_layernorm.weight" in state,
+    )
+
+
+def _expanded_norms(state: dict[str, torch.Tensor], heads: int) -> dict[str, torch.Tensor]:
+    """Lumina-mGPT's query / key norms (`[1, head_dim]`, shared by every head) as one row per head."""
+    return {
+        key: value.expand(heads, -1).clone()
+        if key.startswith(("layers.0.self_attn.q_norm.", "layers.0.self_attn.k_norm."))
+        and value.shape[0] == 1
+        else value
+        for key, value in state.items()
+    }

@@ -1,0 +1,157 @@
+"""`arjet train drafter`: an EAGLE-style drafter for any checkpoint, by self-distillation (LANTERN, §4).
+
+1. Data: the model itself generates `images` images' codes for the prompt set (with an exact sampler, so
+   the codes follow the model's own distribution at its default guidance, temperature and top-k), and one
+   teacher-forced forward through a decoding session gives its hidden state at every input, per CFG row:
+   exactly the hidden states the drafter reads at decode time (`DecodingSession.last_hidden`, row-end
+   tokens included). They are kept in memory (bfloat16), computed once, not stored on disk per sample as
+   the official pipeline does.
+2. Training: every CFG row is a sequence of pairs `(h_c, x_c)` (the hidden state that predicted cell `c`,
+   the code of cell `c`); the drafter's output at `c` is fitted to `h_{c+1}` with EAGLE's loss,
+   `SmoothL1(h^, h) + p_weight * CE(softmax(head(h)), head(h^))` over the whole code vocabulary, the
+   model's code head and code embeddings frozen. AdamW, warm-up and cosine decay, within `max_steps` and
+   `max_minutes`.
+
+The result is the base pipeline with its `drafter` component (`out/pipeline`) and the drafter alone
+(`out/drafter`). One process, on `device` (CPU by default or a GPU).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..session import DecodingSession
+from ..session.drafter import Drafter
+from .configs import DrafterTrainConfig
+from .scaffold import TrainingRun
+from .schedule import warmup_cosine
+
+
+def prompt_set(source: str, count: int, seed: int) -> list[str]:
+    """`count` prompts: fresh descriptions of random scenes of the shapes domain (`"shapes"`), or the first
+    `count` of a prompt file (cycled when it holds fewer)."""
+    if source == "shapes":
+        from ..data import describe, sample_scene
+
+        rng = np.random.default_rng(seed)
+        return [describe(sample_scene(rng), rng) for _ in range(count)]
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompts {source!r}: no such file; pass a prompt file or 'shapes'")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+        if isinstance(data, dict):  # COCO captions: {"annotations": [{"caption": ...}, ...]}
+            data = [item["caption"] for item in data.get("annotations", [])]
+        prompts = [str(item) for item in data]
+    elif path.suffix == ".jsonl":
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        prompts = [str(record.get("prompt", record.get("caption", ""))) for record in records]
+    else:
+        prompts = [line.strip() for line in text.splitlines()]
+    prompts = [prompt for prompt in prompts if prompt.strip()]
+    if not prompts:
+        raise ValueError(f"--prompts {source!r} holds no prompts")
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+@torch.no_grad()
+def distill(
+    pipe, prompts: list[str], config: DrafterTrainConfig, progress=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own codes for `prompts` and its hidden states: `(hidden [R, N, d] bfloat16, codes [R, N])`
+    with `R` sequences (one per CFG row) of the grid's `N` cells; `hidden[:, c]` is the hidden state whose
+    output predicted cell `c`."""
+    grid = pipe.grid_for(*pipe.default_size())
+    scale = pipe.checkpoint_guidance_scale()
+    guided = scale != 1
+    hidden_rows, code_rows = [], []
+    for start in range(0, len(prompts), config.data_batch):
+        batch = prompts[start : start + config.data_batch]
+        seeds = [config.seed * 1_000_003 + start + i for i in range(len(batch))]
+        codes = pipe(batch, sampler=config.data_sampler, seed=seeds, output_type="latent").codes.flatten(1)
+        session = DecodingSession(
+            pipe.session_adapter(),
+            pipe.image_layout(grid),
+            pipe.encode_prompts(batch, None, grid, guided),
+            scale if guided else None,
+        )
+        cells = torch.arange(1, codes.shape[1], device=codes.device).expand(len(batch), -1)
+        session.logits(cells, codes[:, :-1])
+        hidden = torch.cat([session.first_hidden[:, None], session.last_hidden], 1)
+        hidden_rows.append(hidden.to("cpu", torch.bfloat16))
+        code_rows.append(session.both_halves(codes).cpu())
+        if progress is not None:
+            progress(len(batch))
+    return torch.cat(hidden_rows), torch.cat(code_rows)
+
+
+def drafter_loss(
+    drafter: Drafter, adapter, hidden: torch.Tensor, codes: torch.Tensor, p_weight: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts."""
+    with torch.no_grad():
+        embeds = adapter.embed_codes(codes)
+        target = hidden[:, 1:]
+        target_p = adapter.code_logits(target.to(embeds.dtype)).float().softmax(-1)
+    predicted = drafter(embeds, hidden)[:, :-1]
+    v_loss = F.smooth_l1_loss(predicted.float(), target.float())
+    log_q = adapter.code_logits(predicted.to(embeds.dtype)).float().log_softmax(-1)
+    p_loss = -(target_p * log_q).sum(-1).mean()
+    agree = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
+    loss = v_loss + p_weight * p_loss
+    return loss, {"v_loss": v_loss.item(), "p_loss": p_loss.item(), "top1": agree.item()}
+
+
+def train_drafter(config: DrafterTrainConfig) -> Path:
+    from tqdm.auto import tqdm
+
+    from ..builtin import load_model
+
+    pipe = load_model(config.base, device=config.device, dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    run = TrainingRun(config, "drafter")
+    prompts = prompt_set(config.prompts, config.images, config.seed)
+    with tqdm(total=len(prompts), desc="self-distillation data", unit="image") as bar:
+        hidden, codes = distill(pipe, prompts, config, bar.update)
+    run.log({"images": len(prompts), "sequences": len(codes), "minutes_data": run.minutes})
+
+    adapter = pipe.session_adapter()
+    pipe.model.requires_grad_(False)
+    drafter = Drafter.for_adapter(
+        adapter, intermediate_size=config.intermediate_size or None, num_attention_heads=config.heads
+    ).to(pipe.device)
+    drafter.train()
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    order = np.random.default_rng(config.seed)
+    for step in run.steps():
+        for group in optimizer.param_groups:
+            group["lr"] = warmup_cosine(config, step, run.seconds)
+        index = torch.from_numpy(order.integers(0, len(codes), config.batch_size))
+        batch_hidden = hidden[index].to(pipe.device, torch.float32)
+        loss, parts = drafter_loss(
+            drafter, adapter, batch_hidden, codes[index].to(pipe.device), config.p_weight
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_value_(drafter.parameters(), 0.5)
+        optimizer.step()
+        run.progress.set_postfix(loss=f"{loss.item():.3f}", top1=f"{parts['top1']:.2f}")
+        if (step + 1) % config.log_every == 0:
+            run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item(), **parts})
+    run.check_finite(drafter)
+    drafter.eval()
+    drafter.save_pretrained(run.out / "drafter")
+    pipe.register_modules(drafter=drafter)
+    pipe.save_pretrained(run.out / "pipeline")
+    (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+    (run.out / "metrics.json").write_text(
+        json.dumps({"steps": run.step, "minutes": run.minutes, "loss": loss.item(), **parts}, indent=2)
+    )
+    return run.out / "pipeline"

@@ -1,0 +1,103 @@
+"""`eagle` and the drafter forms of `lantern` / `lantern++`: their options, their checks, and what the relaxed
+forms guarantee (exactness lives in `test_lossless.py`)."""
+
+import pytest
+import torch
+
+from arjet.samplers import SJD, SJDPAC, Eagle, Exact, Lantern, get, options
+from arjet.testing import tiny_drafter, tiny_pipeline
+
+PROMPT = "a red circle left of a blue square"
+
+
+@pytest.fixture(scope="module")
+def drafted():
+    return tiny_drafter(tiny_pipeline("emu3", grid=(4, 4), vocab_size=8, logit_scale=3.0), fc_scale=3.0)
+
+
+def _codes(pipe, sampler, seeds=(0, 1, 2, 3, 4, 5)):
+    out = pipe(
+        PROMPT, sampler=sampler, seed=list(seeds), num_images_per_prompt=len(seeds), output_type="latent"
+    )
+    return out.codes, out.stats
+
+
+def test_the_registry_builds_each_form():
+    assert get("eagle") == Eagle() and get("eagle").acceptance == Exact()
+    chain = get("lantern:drafter=true,window=5,delta=0.2")
+    assert isinstance(chain, Eagle) and (chain.window, chain.tree_width, chain.tree_depth) == (5, 1, 1)
+    assert chain.acceptance == Lantern(delta=0.2)
+    assert isinstance(get("lantern"), SJD)
+    tree = get("lantern++:drafter=true,lam=5,k=10")
+    assert (
+        isinstance(tree, Eagle) and tree.window == Eagle().window and tree.acceptance == Lantern(k=10, lam=5)
+    )
+    free = get("lantern++:lam=5")
+    assert isinstance(free, SJDPAC) and free.window == SJDPAC().window and free.acceptance == Lantern(lam=5)
+    assert {"drafter", "window", "tree_width", "k", "lam"} <= {option.name for option in options("lantern++")}
+
+
+def test_jacobi_options_are_refused_with_a_drafter():
+    with pytest.raises(ValueError, match="coupling applies to Jacobi drafts"):
+        get("lantern:drafter=true,coupling=true")
+    with pytest.raises(ValueError, match="init applies to Jacobi drafts"):
+        get("lantern++:drafter=true,init=repeat_vertical")
+
+
+def test_a_tree_larger_than_the_window_is_refused():
+    with pytest.raises(ValueError, match="tree of 13 nodes, more than window=8"):
+        get("eagle:window=8")
+
+
+@pytest.mark.parametrize("sampler", ["eagle", "lantern:drafter=true", "lantern++:drafter=true"])
+def test_a_pipeline_without_a_drafter_refuses_in_one_line_before_any_model_work(sampler, monkeypatch):
+    pipe = tiny_pipeline("janus", grid=(2, 2))
+    monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("model work before the check"))
+    with pytest.raises(ValueError, match="needs a trained drafter") as error:
+        pipe(PROMPT, sampler=sampler)
+    assert "\n" not in str(error.value)
+
+
+def test_an_image_decodes_alone_as_in_a_batch(drafted):
+    """Each image has its own random streams, and the drafter's rows are its own."""
+    sampler = Eagle(window=8, tree_width=2, tree_depth=2)
+    batch, _ = _codes(drafted, sampler)
+    singles = [_codes(drafted, sampler, seeds=(seed,))[0] for seed in range(6)]
+    assert torch.equal(torch.cat(singles), batch)
+
+
+def test_relaxed_forms_that_claim_nothing_are_eagle(drafted):
+    """LANTERN with delta = 0 (or LANTERN++ with lam = 1) moves no mass onto a draft: every decision is
+    eagle's, code for code."""
+    exact, _ = _codes(drafted, Eagle(window=8, tree_width=2, tree_depth=2))
+    for spec in (
+        "lantern++:drafter=true,window=8,tree_width=2,tree_depth=2,lam=1",
+        "lantern++:drafter=true,window=8,tree_width=2,tree_depth=2,delta=0",
+    ):
+        assert torch.equal(_codes(drafted, spec)[0], exact), spec
+    chain, _ = _codes(drafted, Eagle(window=4, tree_width=1, tree_depth=1))
+    assert torch.equal(_codes(drafted, "lantern:drafter=true,window=4,delta=0")[0], chain)
+
+
+def test_the_training_free_form_that_claims_nothing_is_sjd_pac(drafted):
+    exact, _ = _codes(drafted, SJDPAC(window=8, tree_width=2, tree_depth=2))
+    assert torch.equal(_codes(drafted, "lantern++:window=8,tree_width=2,tree_depth=2,delta=0")[0], exact)
+
+
+def test_relaxing_accepts_more_codes_per_forward(drafted):
+    """A loose budget (half the mass of any 7 neighbours) commits more codes per target forward than the
+    exact rule on the same drafts, and every code is still a code of the grid."""
+    exact = _codes(drafted, Eagle(window=8, tree_width=2, tree_depth=2), seeds=range(24))[1]
+    relaxed_codes, relaxed = _codes(
+        drafted, "lantern++:drafter=true,window=8,tree_width=2,tree_depth=2,delta=0.5,k=7", seeds=range(24)
+    )
+    passes = [sum(s.forward_passes for s in stats) for stats in (exact, relaxed)]
+    assert passes[1] < passes[0]
+    assert ((relaxed_codes >= 0) & (relaxed_codes < 8)).all()
+
+
+def test_stats_count_the_drafter_forwards(drafted):
+    _, stats = _codes(drafted, Eagle(window=8, tree_width=2, tree_depth=2), seeds=(0,))
+    assert stats[0].extra["drafter_forwards"] > stats[0].forward_passes
+    _, plain = _codes(drafted, "sjd-pac:window=8,tree_width=2,tree_depth=2", seeds=(0,))
+    assert "drafter_forwards" not in plain[0].extra

@@ -1,0 +1,69 @@
+"""The drafter component: its shapes and weights' names, and its save / load round trip in a pipeline."""
+
+import pytest
+import torch
+
+from arjet.session.drafter import Drafter
+from arjet.testing import tiny_drafter, tiny_pipeline
+
+
+def test_a_drafter_holds_the_fusion_and_one_block_with_the_official_key_names():
+    drafter = Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2)
+    keys = set(drafter.state_dict())
+    assert {
+        "fc.weight",
+        "fc.bias",
+        "layers.0.self_attn.q_proj.weight",
+        "layers.0.mlp.down_proj.weight",
+    } <= keys
+    assert "layers.0.input_layernorm.weight" in keys and not any("embed" in key for key in keys)
+    assert drafter.fc.weight.shape == (16, 32)
+
+
+def test_the_chameleon_block_has_per_head_query_and_key_norms_and_input_norm_can_go():
+    drafter = Drafter(
+        hidden_size=16, intermediate_size=24, num_attention_heads=2, block="chameleon", input_norm=False
+    )
+    state = drafter.state_dict()
+    assert state["layers.0.self_attn.q_norm.weight"].shape == (2, 8)
+    assert "layers.0.input_layernorm.weight" not in state
+
+
+def test_a_drafter_refuses_an_unknown_block_and_heads_that_do_not_divide_the_width():
+    with pytest.raises(ValueError, match="block must be one of llama, chameleon"):
+        Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2, block="gpt")
+    with pytest.raises(ValueError, match="not a multiple"):
+        Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=3)
+
+
+def test_teacher_forcing_is_causal():
+    """Output `j` depends on the pairs up to `j` only."""
+    torch.manual_seed(0)
+    drafter = Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2)
+    embeds, hidden = torch.randn(2, 2, 5, 16)
+    out = drafter(embeds, hidden)
+    changed = hidden.clone()
+    changed[:, 3:] += 1.0
+    again = drafter(embeds, changed)
+    assert torch.allclose(out[:, :3], again[:, :3], atol=1e-6) and not torch.allclose(
+        out[:, 3:], again[:, 3:]
+    )
+
+
+def test_for_adapter_sizes_the_drafter_for_the_target(family):
+    pipe = tiny_pipeline(family)
+    drafter = Drafter.for_adapter(pipe.session_adapter())
+    width = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+    assert drafter.config.hidden_size == width and drafter.config.intermediate_size == 2 * width
+
+
+def test_a_pipeline_saves_and_loads_its_drafter(family, tmp_path):
+    pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)), seed=3)
+    assert "drafter" in pipe.capabilities() and "drafter" not in tiny_pipeline(family).capabilities()
+    pipe.save_pretrained(tmp_path)
+    assert (tmp_path / "drafter" / "diffusion_pytorch_model.safetensors").is_file()
+    loaded = type(pipe).from_pretrained(tmp_path)
+    for key, value in pipe.drafter.state_dict().items():
+        assert torch.equal(loaded.drafter.state_dict()[key], value), key
+    options = dict(sampler="eagle:window=6,tree_width=2,tree_depth=2", seed=5, output_type="latent")
+    assert torch.equal(pipe("a red circle", **options).codes, loaded("a red circle", **options).codes)

@@ -1,0 +1,62 @@
+"""The drafter's own cache beside a session: step by step it computes what teacher forcing does, per CFG row,
+with its logits mixed by the session's guidance scale."""
+
+import pytest
+import torch
+
+from arjet.session import DecodingSession
+from arjet.session.drafting import DraftingCache
+from arjet.testing import tiny_drafter, tiny_pipeline
+
+from families import cfg_for, guidance
+
+
+def _session(pipe, guidance_scale):
+    grid = (3, 3)
+    guided = guidance_scale is not None
+    prefix = pipe.encode_prompts(["a red circle"], None, grid, guided)
+    return DecodingSession(
+        pipe.session_adapter(), pipe.image_layout(grid), prefix, guidance_scale, drafter=pipe.drafter
+    )
+
+
+@pytest.mark.parametrize("guided", [False, True], ids=["no-cfg", "cfg"])
+def test_the_cache_steps_as_teacher_forcing_does(family, guided):
+    pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)), fc_scale=2.0)
+    session = _session(pipe, 3.0 if cfg_for(family, guided) else None)
+    cache = DraftingCache(session)
+    torch.manual_seed(0)
+    length = 5
+    hidden = torch.randn(session.rows, length, pipe.drafter.config.hidden_size)
+    codes = torch.randint(0, session.vocab_size, (1, length))
+    # a catch-up over the first three cells (a padding query in between), then two one-cell steps
+    cells = torch.tensor([[0, 1, -1, 2]])
+    first, _ = cache.forward(hidden[:, [0, 1, 1, 2]], codes[:, [0, 1, 1, 2]], cells)
+    steps = [cache.forward(hidden[:, j : j + 1], codes[:, j : j + 1], torch.tensor([[j]]))[0] for j in (3, 4)]
+    stepped = torch.cat([first[:, [0, 1, 3]], *steps], 1)
+
+    embeds = session.both_halves(session.code_embeddings()[codes])
+    with torch.no_grad():
+        forced = pipe.drafter(embeds, hidden)
+    expected = session.guide(session.adapter.code_logits(forced).float())
+    assert torch.allclose(stepped, expected, atol=1e-4)
+
+
+def test_a_stale_draft_is_overwritten_not_read(family):
+    """A chain's pair at a cell that is later committed with another code is replaced by the catch-up."""
+    pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)))
+    session = _session(pipe, guidance(family))
+    torch.manual_seed(1)
+    hidden = torch.randn(session.rows, 3, pipe.drafter.config.hidden_size)
+    cache, fresh = DraftingCache(session), DraftingCache(session)
+    cache.forward(hidden[:, :2], torch.tensor([[1, 2]]), torch.tensor([[0, 1]]))  # a draft's pair at cell 1
+    one = cache.forward(hidden[:, 1:3], torch.tensor([[3, 0]]), torch.tensor([[1, 2]]))[0]
+    fresh.forward(hidden[:, :1], torch.tensor([[1]]), torch.tensor([[0]]))
+    two = fresh.forward(hidden[:, 1:3], torch.tensor([[3, 0]]), torch.tensor([[1, 2]]))[0]
+    assert torch.allclose(one, two, atol=1e-5)
+
+
+def test_a_session_without_a_drafter_is_refused():
+    pipe = tiny_pipeline("emu3", grid=(3, 3))
+    with pytest.raises(ValueError, match="no drafter"):
+        DraftingCache(_session(pipe, None))

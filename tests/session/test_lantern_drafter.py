@@ -1,0 +1,61 @@
+"""LANTERN's released drafter layout, at tiny size, converted into an arjet drafter that loads and decodes."""
+
+import pytest
+import torch
+from lantern_official import HEADS, HIDDEN, official_folder, official_state
+
+from arjet.session.drafter import Drafter
+from arjet.session.lantern_drafter import convert_lantern_drafter, read_lantern_drafter
+from arjet.testing import tiny_pipeline
+
+
+def test_the_official_layout_converts_loads_and_decodes(tmp_path):
+    state = official_state()
+    folder = official_folder(tmp_path / "lantern", state)
+    out = convert_lantern_drafter(folder, tmp_path / "arjet")
+    drafter = Drafter.from_pretrained(out)
+    assert drafter.config.block == "chameleon" and drafter.config.fc_bias and drafter.config.input_norm
+    converted = drafter.state_dict()
+    assert torch.equal(converted["fc.weight"], state["module.fc.weight"])  # [embedding | hidden] order kept
+    assert converted["layers.0.self_attn.q_norm.weight"].shape == (HEADS, HIDDEN // HEADS)
+    assert torch.equal(
+        converted["layers.0.self_attn.k_norm.bias"][2], state["module.layers.0.self_attn.k_norm.bias"][0]
+    )
+
+    pipe = tiny_pipeline("lumina_mgpt", grid=(3, 3))
+    pipe.register_modules(drafter=drafter)
+    codes = pipe(
+        "a red circle", sampler="eagle:window=6,tree_width=2,tree_depth=2", seed=0, output_type="latent"
+    ).codes
+    assert codes.shape == (1, 3, 3) and ((codes >= 0) & (codes < 8)).all()
+
+
+def test_per_head_norms_and_safetensors_and_no_prefix_convert_too(tmp_path):
+    state = official_state(lumina_norms=False, prefix="")
+    drafter = read_lantern_drafter(official_folder(tmp_path / "anole", state, "model.safetensors"))
+    assert torch.equal(
+        drafter.state_dict()["layers.0.self_attn.q_norm.weight"], state["layers.0.self_attn.q_norm.weight"]
+    )
+
+
+def test_the_llamagen_layout_has_no_input_norm_and_a_llama_block(tmp_path):
+    state = {k: v for k, v in official_state(prefix="").items() if "_norm." not in k or "layernorm" in k}
+    del state["layers.0.input_layernorm.weight"], state["fc.bias"]
+    drafter = read_lantern_drafter(official_folder(tmp_path / "llamagen", state))
+    assert drafter.config.block == "llama" and not drafter.config.input_norm and not drafter.config.fc_bias
+
+
+def test_a_torch_file_with_python_objects_is_refused_unread(tmp_path):
+    state = official_state()
+    state["module.note"] = {"an": object.__new__(Drafter)}  # pickled code, not tensors
+    with pytest.raises(ValueError, match="refuses to unpickle"):
+        read_lantern_drafter(official_folder(tmp_path / "bad", state))
+
+
+def test_a_layout_that_does_not_match_is_named(tmp_path):
+    state = official_state()
+    state["module.layers.1.mlp.up_proj.weight"] = torch.zeros(2)
+    with pytest.raises(ValueError, match="unexpected"):
+        read_lantern_drafter(official_folder(tmp_path / "two", state))
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        read_lantern_drafter(tmp_path)

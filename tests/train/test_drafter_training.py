@@ -1,0 +1,83 @@
+"""`arjet train drafter` on every model family: self-distillation data from the model itself, a drafter that
+learns, a pipeline that saves with it and decodes with `eagle`."""
+
+import json
+
+import pytest
+import torch
+
+import arjet
+from arjet.cli import main
+from arjet.testing import tiny_pipeline
+from arjet.train.configs import DrafterTrainConfig
+from arjet.train.drafter import distill, drafter_loss, prompt_set
+
+from families import guided
+
+PROMPTS = ["a red circle", "a blue square", "a green triangle"]
+
+
+def _base(tmp_path, family):
+    base = tiny_pipeline(family, grid=(2, 2) if family == "janus" else (2, 3), vocab_size=8, logit_scale=3.0)
+    base.save_pretrained(tmp_path / "base")
+    (tmp_path / "prompts.txt").write_text("\n".join(PROMPTS))
+    return base
+
+
+def test_training_gives_a_pipeline_with_a_drafter_that_decodes(tmp_path, family):
+    base = _base(tmp_path, family)
+    args = ["train", "drafter", "--base", str(tmp_path / "base"), "--out", str(tmp_path / "out"),
+            "--prompts", str(tmp_path / "prompts.txt"), "--images", "4", "--data-batch", "2",
+            "--batch-size", "2", "--max-steps", "4", "--log-every", "2", "--heads", "2"]  # fmt: skip
+    assert main(args) == 0
+    pipe = arjet.ARPipeline.from_pretrained(str(tmp_path / "out" / "pipeline"))
+    assert pipe.drafter is not None and pipe.drafter.config.num_attention_heads == 2
+    for key, value in base.model.state_dict().items():  # the model itself is untouched
+        assert torch.equal(pipe.model.state_dict()[key], value), key
+    codes = pipe(
+        "a red circle", sampler="eagle:window=4,tree_width=1,tree_depth=1", seed=0, output_type="latent"
+    ).codes
+    assert (codes >= 0).all()
+    log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["images"] == 4 and log[0]["sequences"] == 4 * (2 if guided(family) else 1)  # a row each
+    assert [record["step"] for record in log[1:]] == [2, 4]
+    assert (tmp_path / "out" / "drafter" / "config.json").is_file()
+
+
+def test_the_data_are_the_sessions_hidden_states_at_each_cell():
+    """`hidden[:, c]` is what predicted cell `c`: the model's code head over it gives cell `c`'s logits."""
+    pipe = tiny_pipeline("emu3", grid=(2, 3), vocab_size=8, logit_scale=3.0)
+    config = DrafterTrainConfig(images=2, data_batch=2, data_sampler="ar")
+    hidden, codes = distill(pipe, PROMPTS[:2], config)
+    assert hidden.shape[:2] == codes.shape == (4, 6) and hidden.dtype == torch.bfloat16
+    again = pipe(PROMPTS[:2], sampler="ar", seed=[0, 1], output_type="latent").codes.flatten(1)
+    assert torch.equal(codes[::2], again) and torch.equal(codes[1::2], again)  # cond and uncond rows
+    logits = pipe.session_adapter().code_logits(hidden.float())
+    assert torch.isfinite(logits).all()
+
+
+def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
+    """EAGLE's loss: the hidden-state fit plus the next-code cross-entropy, differentiable through the
+    drafter's block (the model's head and embeddings stay frozen)."""
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0)
+    hidden, codes = distill(pipe, PROMPTS[:2], DrafterTrainConfig(data_batch=2, data_sampler="ar"))
+    from arjet.session.drafter import Drafter
+
+    drafter = Drafter.for_adapter(pipe.session_adapter())
+    loss, parts = drafter_loss(drafter, pipe.session_adapter(), hidden.float(), codes, 0.1)
+    assert loss.item() > 0 and set(parts) == {"v_loss", "p_loss", "top1"}
+    loss.backward()
+    assert drafter.fc.weight.grad is not None and drafter.fc.weight.grad.abs().sum() > 0
+
+
+def test_prompt_sets_read_text_json_coco_and_jsonl(tmp_path):
+    (tmp_path / "p.txt").write_text("a\n\nb\n")
+    (tmp_path / "p.json").write_text(json.dumps(["a", "b"]))
+    (tmp_path / "coco.json").write_text(json.dumps({"annotations": [{"caption": "a"}, {"caption": "b"}]}))
+    (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n{"caption": "b"}\n')
+    for name in ("p.txt", "p.json", "coco.json", "p.jsonl"):
+        assert prompt_set(str(tmp_path / name), 3, 0) == ["a", "b", "a"], name
+    shapes = prompt_set("shapes", 4, 0)
+    assert len(shapes) == 4 and shapes == prompt_set("shapes", 4, 0)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        prompt_set(str(tmp_path / "missing.txt"), 1, 0)
