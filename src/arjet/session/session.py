@@ -120,9 +120,7 @@ class DecodingSession:
         self.adapter = adapter
         self.codebook = codebook  # [V, d] VQ code vectors: the capability "codebook"
         self.noise = noise  # a fine-tune for noisy code embeddings: the capability "noise_conditioning"
-        self.drafter = (
-            drafter  # an EAGLE-style head over this model's hidden states: the capability "drafter"
-        )
+        self.drafter = drafter  # an EAGLE-style head over the hidden states: the capability "drafter"
         self._code_table: torch.Tensor | None = None
         self.layout = layout
         self.guided = guidance_scale is not None
