@@ -32,16 +32,15 @@ from typing import ClassVar
 import torch
 
 from ..session.drafting import DraftingCache
-from .base import Sampler
 from .decoding import Decode
-from .options import MAX_SIZE, check_fits_grid, option
+from .options import MAX_SIZE, option
 from .random import sample
-from .sjd_pac import TreeStepper, check_tree
-from .speculative import AcceptanceRule, Exact, JacobiOutcome
+from .sjd_pac import TreeStepper, check_tree, check_tree_fits
+from .speculative import AcceptanceRule, Exact, JacobiOutcome, RuleSampler
 
 
 @dataclass
-class Eagle(Sampler):
+class Eagle(RuleSampler):
     """`window`: target inputs per forward, tree nodes included (the root, the drafted chain and the
     siblings); `tree_width`: candidates per tree depth; `tree_depth`: tree levels counting the root;
     `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
@@ -63,25 +62,11 @@ class Eagle(Sampler):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_tree(self.tree_width, self.tree_depth, self.window)
-        if not isinstance(self.acceptance, AcceptanceRule):
-            raise ValueError(
-                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
-            )
-
-    @property
-    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
-        return (("acceptance rule", self.acceptance),)
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
-        check_fits_grid("window", self.window, type(self).window, grid, max_window)
-        if vocab_size is not None and self.tree_width > vocab_size:
-            raise ValueError(
-                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {vocab_size}"
-            )
+        check_tree_fits(self, grid, max_window, vocab_size)
 
     def run(self, decode: Decode) -> None:
         decode.run(self.stepper(decode), decode.session.num_cells - 1)

@@ -19,16 +19,15 @@ from typing import ClassVar
 
 import torch
 
-from .base import Sampler
 from .decoding import Decode, Stepper
 from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
-from .speculative import AcceptanceRule, Exact, RuleContext, Uniforms, jacobi_step
+from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Uniforms, jacobi_step
 
 
 @dataclass
-class SJD(Sampler):
+class SJD(RuleSampler):
     """`window`: positions per forward (the last code and `window - 1` drafts); `init`: how new draft slots
     are guessed; `coupling`: keep a re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))`
     (MC-SJD, still lossless); `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
@@ -39,17 +38,6 @@ class SJD(Sampler):
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "sjd"
     continuous: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not isinstance(self.acceptance, AcceptanceRule):
-            raise ValueError(
-                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
-            )
-
-    @property
-    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
-        return (("acceptance rule", self.acceptance),)
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None

@@ -52,6 +52,7 @@ from .speculative import (
     Exact,
     JacobiOutcome,
     RuleContext,
+    RuleSampler,
     Uniforms,
     Verdict,
     conclude,
@@ -65,7 +66,7 @@ def tree_nodes(width: int, depth: int) -> int:
 
 
 @dataclass
-class SJDPAC(Sampler):
+class SJDPAC(RuleSampler):
     """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
     `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
     3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
@@ -93,25 +94,11 @@ class SJDPAC(Sampler):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_tree(self.tree_width, self.tree_depth, self.window)
-        if not isinstance(self.acceptance, AcceptanceRule):
-            raise ValueError(
-                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
-            )
-
-    @property
-    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
-        return (("acceptance rule", self.acceptance),)
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
-        check_fits_grid("window", self.window, type(self).window, grid, max_window)
-        if vocab_size is not None and self.tree_width > vocab_size:
-            raise ValueError(
-                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {vocab_size}"
-            )
+        check_tree_fits(self, grid, max_window, vocab_size)
 
     def run(self, decode: Decode) -> None:
         decode.run(self.stepper(decode), decode.session.num_cells - 1)
@@ -119,6 +106,19 @@ class SJDPAC(Sampler):
     def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
         return TreeStepper(self, decode)
+
+
+def check_tree_fits(
+    sampler: Sampler, grid: tuple[int, int], max_window: int | None, vocab_size: int | None
+) -> None:
+    """Refuse a tree sampler's window that the grid cannot use, or more siblings than the vocabulary has
+    codes (`sampler` has `window` and `tree_width` options)."""
+    check_fits_grid("window", sampler.window, type(sampler).window, grid, max_window)
+    if vocab_size is not None and sampler.tree_width > vocab_size:
+        raise ValueError(
+            f"tree_width={sampler.tree_width} is more than the {vocab_size} codes of this model's "
+            f"vocabulary; use tree_width <= {vocab_size}"
+        )
 
 
 def check_tree(width: int, depth: int, window: int) -> None:

@@ -33,7 +33,7 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from .base import Part
+from .base import Part, Sampler
 from .drafts import Drafts
 from .random import sample
 
@@ -85,6 +85,24 @@ def passes(target: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch
     t_x = target.gather(-1, drafts[..., None]).squeeze(-1)
     q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
     return u * q_x < t_x
+
+
+class RuleSampler(Sampler):
+    """A sampler that verifies its drafts with an `acceptance` rule (a dataclass field of the subclass): the
+    rule is checked when the sampler is made and is its one part."""
+
+    acceptance: AcceptanceRule
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.acceptance, AcceptanceRule):
+            raise ValueError(
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
+            )
+
+    @property
+    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
+        return (("acceptance rule", self.acceptance),)
 
 
 def residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
