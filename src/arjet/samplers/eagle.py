@@ -35,12 +35,12 @@ from ..session.drafting import DraftingCache
 from .decoding import Decode
 from .options import MAX_SIZE, option
 from .random import sample
-from .sjd_pac import TreeStepper, check_tree, check_tree_fits
-from .speculative import AcceptanceRule, Exact, JacobiOutcome, RuleSampler
+from .sjd_pac import TreeSampler, TreeStepper
+from .speculative import AcceptanceRule, Exact, JacobiOutcome
 
 
 @dataclass
-class Eagle(RuleSampler):
+class Eagle(TreeSampler):
     """`window`: target inputs per forward, tree nodes included (the root, the drafted chain and the
     siblings); `tree_width`: candidates per tree depth; `tree_depth`: tree levels counting the root;
     `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
@@ -58,18 +58,6 @@ class Eagle(RuleSampler):
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "eagle"
     requires: ClassVar[frozenset[str]] = frozenset({"drafter"})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_tree(self.tree_width, self.tree_depth, self.window)
-
-    def check_grid(
-        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
-    ) -> None:
-        check_tree_fits(self, grid, max_window, vocab_size)
-
-    def run(self, decode: Decode) -> None:
-        decode.run(self.stepper(decode), decode.session.num_cells - 1)
 
     def stepper(self, decode: Decode) -> DrafterStepper:
         if decode.session.drafter is None:

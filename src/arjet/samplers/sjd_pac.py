@@ -42,7 +42,6 @@ from typing import ClassVar
 
 import torch
 
-from .base import Sampler
 from .decoding import Decode, Stepper
 from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
 from .options import MAX_SIZE, check_fits_grid, option
@@ -65,8 +64,31 @@ def tree_nodes(width: int, depth: int) -> int:
     return depth if width == 1 else (width**depth - 1) // (width - 1)
 
 
+class TreeSampler(RuleSampler):
+    """A sampler that verifies a static tree of drafts in each window (`window`, `tree_width`, `tree_depth`
+    options of the subclass): the tree is checked when the sampler is made and against each grid."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_tree(self.tree_width, self.tree_depth, self.window)
+
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
+        """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
+        check_fits_grid("window", self.window, type(self).window, grid, max_window)
+        if vocab_size is not None and self.tree_width > vocab_size:
+            raise ValueError(
+                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
+                f"vocabulary; use tree_width <= {vocab_size}"
+            )
+
+    def run(self, decode: Decode) -> None:
+        decode.run(self.stepper(decode), decode.session.num_cells - 1)
+
+
 @dataclass
-class SJDPAC(RuleSampler):
+class SJDPAC(TreeSampler):
     """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
     `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
     3: siblings at the first 2 draft depths); `coupling`: MC-SJD re-drafts (default True; False is the
@@ -91,34 +113,9 @@ class SJDPAC(RuleSampler):
     name: ClassVar[str] = "sjd-pac"
     continuous: ClassVar[bool] = True
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_tree(self.tree_width, self.tree_depth, self.window)
-
-    def check_grid(
-        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
-    ) -> None:
-        check_tree_fits(self, grid, max_window, vocab_size)
-
-    def run(self, decode: Decode) -> None:
-        decode.run(self.stepper(decode), decode.session.num_cells - 1)
-
     def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
         return TreeStepper(self, decode)
-
-
-def check_tree_fits(
-    sampler: Sampler, grid: tuple[int, int], max_window: int | None, vocab_size: int | None
-) -> None:
-    """Refuse a tree sampler's window that the grid cannot use, or more siblings than the vocabulary has
-    codes (`sampler` has `window` and `tree_width` options)."""
-    check_fits_grid("window", sampler.window, type(sampler).window, grid, max_window)
-    if vocab_size is not None and sampler.tree_width > vocab_size:
-        raise ValueError(
-            f"tree_width={sampler.tree_width} is more than the {vocab_size} codes of this model's "
-            f"vocabulary; use tree_width <= {vocab_size}"
-        )
 
 
 def check_tree(width: int, depth: int, window: int) -> None:
