@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from .decoding import Decode, Stepper
-from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
+from .drafts import INIT_SCHEMES, Drafts, GuessesFreshSlots, scatter_where, uses_top1
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
 from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Uniforms, jacobi_step
@@ -51,7 +51,7 @@ class SJD(RuleSampler):
         return WindowStepper(self, decode)
 
 
-class WindowStepper(Stepper):
+class WindowStepper(GuessesFreshSlots, Stepper):
     """The state of an SJD decode between forwards, and its fixed-shape `step`.
 
     `window` is the window of the next step: the sampler's, unless an engine narrows it for a step (every
@@ -158,16 +158,3 @@ class WindowStepper(Stepper):
         session.commit(active[:, None])
         trace.commit(cell, code)
         self.n += active.long()
-
-    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses for the `fresh [B, S]` slots inside the image, drawn with the uniforms `u`."""
-        refill_window(
-            self.drafts,
-            self.n,
-            self.decode,
-            scheme=self.sampler.init,
-            fresh=fresh,
-            top1=self.top1,
-            u=u,
-            uniform=self.sampler.acceptance.uniform_guesses,
-        )

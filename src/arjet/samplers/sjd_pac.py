@@ -43,7 +43,7 @@ from typing import ClassVar
 import torch
 
 from .decoding import Decode, Stepper
-from .drafts import INIT_SCHEMES, Drafts, refill_window, scatter_where, uses_top1
+from .drafts import INIT_SCHEMES, Drafts, GuessesFreshSlots, scatter_where, uses_top1
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
 from .speculative import (
@@ -208,7 +208,7 @@ class TreeLayout:
         )
 
 
-class TreeStepper(Stepper):
+class TreeStepper(GuessesFreshSlots, Stepper):
     """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`. Where the drafts come from
     is `start` and `redraft` (Jacobi re-drafts here; a drafter's in `eagle`)."""
 
@@ -368,20 +368,6 @@ class TreeStepper(Stepper):
     def coupling(self) -> bool:
         """Whether re-drafts are coupled with the old drafts (MC-SJD)."""
         return self.sampler.coupling
-
-    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses, with the proposals they were drawn from, for the `fresh [B, S]` slots inside the
-        image."""
-        refill_window(
-            self.drafts,
-            self.n,
-            self.decode,
-            scheme=self.sampler.init,
-            fresh=fresh,
-            top1=self.top1,
-            u=u,
-            uniform=self.sampler.acceptance.uniform_guesses,
-        )
 
 
 @dataclass
