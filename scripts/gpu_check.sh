@@ -3,7 +3,8 @@
 # (the graph floor, real-size architectures with random weights, the built-in models, batch 8), into one
 # folder: report.md, report.json and log.txt. Under 9 minutes on one H100.
 #
-#   bash scripts/gpu_check.sh OUT [SUITE]      # SUITE: gpu (default) or gpu-quick
+#   bash scripts/gpu_check.sh OUT [SUITE [ARGS...]]   # SUITE: gpu (default) or gpu-quick; ARGS go to the
+#                                                    # suite, e.g. --sections emu3-gen (tests then skipped)
 #
 # On a GPU machine without network access, with torch installed: wheels of what else arjet needs
 # (transformers, diffusers, ...) in .whl/ at the repository's root are installed into a temporary folder
@@ -11,6 +12,7 @@
 set -uo pipefail
 out=${1:?usage: bash scripts/gpu_check.sh OUT [gpu|gpu-quick]}
 suite=${2:-gpu}
+shift $(( $# < 2 ? $# : 2 ))
 limit_s=${GPU_CHECK_SECONDS:-530}  # the whole check, tests included
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
@@ -27,13 +29,17 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null
 python3 -c "import torch, transformers, arjet; print('torch', torch.__version__, '| transformers', transformers.__version__, '| arjet', arjet.__version__, arjet.__file__)"
 
-echo "== CUDA tests =="
-timeout 180 python3 -m pytest -m cuda -q -p no:cacheprovider --junitxml "$work/cuda-tests.xml" \
-    tests/samplers tests/session tests/eval/test_floor.py tests/eval/test_suite.py
+tests=()
+if [ $# -eq 0 ]; then
+    echo "== CUDA tests =="
+    timeout 240 python3 -m pytest -m cuda -q -p no:cacheprovider --junitxml "$work/cuda-tests.xml" \
+        tests/samplers tests/session tests/engine tests/eval/test_floor.py tests/eval/test_suite.py
+    tests=(--tests "$work/cuda-tests.xml")
+fi
 
 echo "== arjet bench --suite $suite =="
 budget=$(python3 -c "print(max(0.5, ($limit_s - $SECONDS) / 60))")
-python3 -m arjet bench --suite "$suite" --out "$out" --tests "$work/cuda-tests.xml" --budget-minutes "$budget"
+python3 -m arjet bench --suite "$suite" --out "$out" "${tests[@]}" --budget-minutes "$budget" "$@"
 status=$?
 rm -rf "$work"
 echo "gpu check: ${SECONDS} s in all"

@@ -195,4 +195,47 @@ def test_captured_lanes_decode_as_alone_on_the_gpu(family, sampler):
         graphs = sum(len(runner.graphs) for group in engine.groups for runner in group.runners.values())
     for result, codes in zip(results, alone, strict=True):
         assert torch.equal(result.codes, codes.cpu())
-    assert graphs >= 1
+    if pipe.preview_grid(GRIDS[family]) is None:
+        assert graphs >= 1
+    else:  # GLM-Image runs as whole calls (two grids), each capturing its own steps
+        assert graphs == 0 and all(r.stats.extra["graph_captures"] >= 1 for r in results)
+
+
+@pytest.mark.parametrize("sampler", ["ar", "mc-sjd:window=4", "sjd-pac:window=9,tree_width=2", "adaptive"])
+def test_the_captured_lanes_path_keys_one_runner_per_bucket_and_window(sampler, monkeypatch):
+    """The engine's captured path on the CPU, with a stand-in runner that steps eagerly: one runner per
+    (bucket of lanes, adaptive window), whatever the sampler's stepper holds; each image decodes as alone
+    with the captured sessions' few span sizes."""
+    from arjet.engine import lanes as lanes_module
+    from arjet.samplers.capture import CAPTURED_SPAN_SIZES
+
+    made: list[tuple[object, int]] = []
+
+    class EagerRunner:
+        def __init__(self, session):
+            session.span_sizes = min(session.span_sizes, CAPTURED_SPAN_SIZES)
+            self.graphs: dict[int, None] = {}
+            self.session = session
+            made.append((self, session.span_sizes))
+
+        def __call__(self, step):
+            self.graphs[self.session.span] = None
+            step()
+
+    monkeypatch.setattr(lanes_module, "CudaGraphRunner", EagerRunner)
+    monkeypatch.setattr(lanes_module, "CAPTURED_MODES", ("none",))  # "capture" the eager mode
+    pipe = _pipe("emu3")
+    seeds = [40 + i for i in range(len(PROMPTS))]
+    alone = _alone(pipe, sampler, seeds) if sampler != "adaptive" else None
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        results = engine.generate(PROMPTS, seed=40, sampler=sampler)
+        keys = [key for group in engine.groups for key in group.runners]
+    assert made and all(sizes == CAPTURED_SPAN_SIZES for _, sizes in made)
+    assert all(1 <= len(runner.graphs) <= CAPTURED_SPAN_SIZES for runner, _ in made)
+    assert len(keys) == len(set(keys)) == len(made)
+    if sampler == "adaptive":
+        assert all(window is not None for _, window in keys)
+    else:
+        assert all(window is None for _, window in keys)
+        for result, codes in zip(results, alone, strict=True):
+            assert torch.equal(result.codes, codes)

@@ -73,6 +73,23 @@ def test_figures_and_targets_read_the_results():
     assert missing["value"] is None and missing["met"] is None
 
 
+def test_figures_read_an_engine_sections_throughput_rows():
+    rows = [
+        {"sampler": s, "concurrency": c, "images_per_second": v}
+        for s, c, v in (("ar", 8, 10.0), ("adaptive", 8, 25.0), ("adaptive", 1, 4.0))
+    ]
+    results = {"e": {"runs": [], "floor": None, "throughput": rows}}
+    ratio = Target(
+        "adaptive over ar",
+        Figure("e", "concurrency 8", "adaptive", "images_per_second"),
+        2.0,
+        per=Figure("e", "concurrency 8", "ar", "images_per_second"),
+        at_least=True,
+    ).check(results)
+    assert ratio["value"] == pytest.approx(2.5) and ratio["met"] is True
+    assert Figure("e", "concurrency 32", "ar", "images_per_second").read(results) is None
+
+
 def test_captured_codes_are_compared_with_the_eager_run_of_the_same_label():
     section = {
         "runs": [
@@ -90,6 +107,10 @@ def test_captured_codes_are_compared_with_the_eager_run_of_the_same_label():
         ]
     }
     assert codes_match(section) == {"384 px cuda-graphs: ar": True, "384 px cuda-graphs: sjd": False}
+    compiled = {"label": "384 px inductor-graphs", "compile": "inductor-graphs", "codes": {"ar": ["a", "q"]}}
+    section["runs"].append(compiled)
+    assert codes_match(section, "inductor-graphs") == {"384 px inductor-graphs: ar": False}
+    assert "384 px inductor-graphs: ar" not in codes_match(section)  # the target counts plain captures only
 
 
 def test_the_gpu_suites_name_sections_their_targets_read():
@@ -97,6 +118,12 @@ def test_the_gpu_suites_name_sections_their_targets_read():
         names = {section.name for section in suite.sections}
         runs = {(s.name, r.label) for s in suite.sections for r in s.runs} | {
             (s.name, "floor") for s in suite.sections if s.floor
+        }
+        runs |= {
+            (s.name, f"concurrency {c}")
+            for s in suite.sections
+            if s.throughput
+            for c in s.throughput.concurrencies
         }
         for target in suite.targets:
             for figure in filter(None, (target.value, target.per)):

@@ -90,7 +90,8 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor")
+COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor", "inductor-graphs")
+CUDA_ONLY_CHOICES = ("cuda-graphs", "inductor-graphs")  # `arjet.samplers.capture.CAPTURED_MODES`
 
 
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +101,7 @@ def add_compile_argument(parser: argparse.ArgumentParser) -> None:
         default="off",
         help="how each decode step runs: off (eagerly, the default), cuda-graphs (captured once per attention "
         "span and replayed; CUDA only), inductor (the decoder through torch.compile; slow the first time), "
-        "auto (cuda-graphs on a GPU, else inductor)",
+        "inductor-graphs (both: compiled, then captured; CUDA only), auto (cuda-graphs on a GPU, else inductor)",
     )
 
 
@@ -110,9 +111,9 @@ def compile_argument(args: argparse.Namespace) -> bool | str:
 
     choice = {"off": False, "auto": True}.get(args.compile, args.compile)
     device = str(args.device or default_device())
-    if choice == "cuda-graphs" and not device.startswith("cuda"):
+    if choice in CUDA_ONLY_CHOICES and not device.startswith("cuda"):
         raise ValueError(
-            f"--compile cuda-graphs needs a CUDA device, got --device {device} (use inductor or off)"
+            f"--compile {choice} needs a CUDA device, got --device {device} (use inductor or off)"
         )
     return choice
 

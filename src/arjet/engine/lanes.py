@@ -17,7 +17,7 @@ import torch
 
 from ..pipelines.base import BaseARPipeline
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, LogitsPolicy, Sampler, Stepper
-from ..samplers.capture import CudaGraphRunner
+from ..samplers.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from ..session import DecodingSession, Prefix
 from .requests import GroupKey, Request
 
@@ -69,7 +69,7 @@ class LaneGroup:
             key.guidance_scale if self.guided else None,
             codebook=pipe.image_tokenizer.codebook(),
             noise=pipe.noise_conditioning,
-            decoder=pipe.compiled_decoder() if compile == "inductor" else None,
+            decoder=pipe.compiled_decoder() if compile in COMPILED_MODES else None,
         )
         policy = LogitsPolicy(key.temperature, key.top_k, key.top_p)
         random = ImageRandom.from_keys(torch.zeros(lanes, dtype=torch.long), device)
@@ -78,8 +78,8 @@ class LaneGroup:
         self.stepper.stop()  # no lane holds an image yet
         self.lane_views = [self._view(i, i + 1) for i in range(lanes)]
         self.bucket_views = {size: self._view(0, size) for size in buckets(lanes)}
-        self.cuda_graphs = compile == "cuda-graphs"
-        self.runners: dict[tuple[int, int], CudaGraphRunner] = {}
+        self.cuda_graphs = compile in CAPTURED_MODES
+        self.runners: dict[tuple[int, int | None], CudaGraphRunner] = {}  # by (bucket, adaptive window)
         self.requests: list[Request | None] = [None] * lanes
         self.started = [0.0] * lanes
         self.decoded = [0] * lanes  # cells decoded per lane, as last read from the device
@@ -128,9 +128,10 @@ class LaneGroup:
         if not self.cuda_graphs:
             stepper.step()
             return
-        runner = self.runners.get((size, stepper.window))
+        shape = (size, window)  # the adaptive mode's window changes the step's shapes; a sampler's is fixed
+        runner = self.runners.get(shape)
         if runner is None:
-            runner = self.runners[(size, stepper.window)] = CudaGraphRunner(decode.session)
+            runner = self.runners[shape] = CudaGraphRunner(decode.session)
         runner(stepper.step)
 
     def status(self) -> LaneStatus:

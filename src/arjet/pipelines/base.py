@@ -270,9 +270,10 @@ class BaseARPipeline(DiffusionPipeline):
         `return_dict=False`, the tuple `(images, codes, stats)`).
 
         `compile`: how each fixed-shape decode step runs. False (default): eagerly. "cuda-graphs" (CUDA only):
-        each step is captured once per attention span and replayed. "inductor": the decoder forward runs
-        through `torch.compile` (slow the first time for each shape). True picks "cuda-graphs" on a CUDA
-        device, else "inductor". Codes are the same as eager up to floating-point rounding.
+        each step is captured once per attention span and replayed. "inductor": the decoder's layers run
+        through `torch.compile` (slow the first time for each shape). "inductor-graphs" (CUDA only): both, the
+        compiled layers inside the captured steps. True picks "cuda-graphs" on a CUDA device, else
+        "inductor". Codes are the same as eager up to floating-point rounding.
 
         `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step;
         `tensors` holds copies of the allowlisted tensors named in `callback_on_step_end_tensor_inputs`

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Interrupted
-from ..samplers.capture import CudaGraphRunner
+from ..samplers.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from ..session import DecodingSession, Prefix
 from .callbacks import StepHook
 from .inputs import CheckedInputs
@@ -45,7 +45,7 @@ def decode_codes(
     grids = [grid] if preview is None else [preview, grid]
     progress = pipe.progress_bar(total=batch * sum(h * w for h, w in grids))
     hook = StepHook(pipe, lambda: pipe.interrupt, progress, call.callback, call.tensor_inputs)
-    decoder = pipe.compiled_decoder() if call.compile == "inductor" else None
+    decoder = pipe.compiled_decoder() if call.compile in COMPILED_MODES else None
     traces: list[DecodeTrace] = []
     runners: list[CudaGraphRunner] = []
     pipe._interrupt = False
@@ -65,7 +65,7 @@ def decode_codes(
                 drafter=pipe.drafter,
                 decoder=decoder,
             )
-            runner = CudaGraphRunner(session) if call.compile == "cuda-graphs" else None
+            runner = CudaGraphRunner(session) if call.compile in CAPTURED_MODES else None
             trace = DecodeTrace(
                 session, hook, hook.progress_to, runner, check_every_step=call.callback is not None
             )
@@ -117,7 +117,7 @@ def not_started(sampler: str, grid: tuple[int, int]) -> DecodeStats:
 
 
 def capture_counts(runners: list[CudaGraphRunner]) -> dict[str, int | float]:
-    """The CUDA-graph counts of every grid's runner, summed (none without `compile="cuda-graphs"`)."""
+    """The CUDA-graph counts of every grid's runner, summed (none unless the steps were captured)."""
     totals: dict[str, int | float] = {}
     for runner in runners:
         for key, value in runner.counts().items():

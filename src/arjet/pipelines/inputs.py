@@ -48,7 +48,7 @@ class GenerationInputs:
     "latent" (the codes). `return_dict`: an `ARPipelineOutput`, else a tuple. `callback_on_step_end(pipe, step,
     forward_passes, tensors)` runs after every sampler step with copies of the tensors named in
     `callback_on_step_end_tensor_inputs` (default `["codes"]`). `compile`: how each fixed-shape decode step
-    runs: False (eagerly), "cuda-graphs", "inductor" or True (see `BaseARPipeline.__call__`)."""
+    runs: False (eagerly), "cuda-graphs", "inductor", "inductor-graphs" or True (see `BaseARPipeline.__call__`)."""
 
     prompt: str | list[str]
     negative_prompt: str | list[str] | None = None
@@ -114,7 +114,7 @@ class CheckedInputs:
     return_dict: bool
     callback: Callable[..., dict[str, Any] | None] | None
     tensor_inputs: list[str]
-    compile: str  # "none", "cuda-graphs" or "inductor" (see `arjet.samplers.capture.compile_mode`)
+    compile: str  # one of `arjet.samplers.capture.COMPILE_MODES`
     stage_options: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # a family's later stage's (a DiT's)

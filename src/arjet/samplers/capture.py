@@ -4,12 +4,15 @@ A built-in sampler's step has the same shapes at every call for a given attentio
 `DecodingSession.reserve`) and reads nothing back from the device, so on CUDA it can be captured once per
 span and replayed: one launch per step instead of hundreds. `CudaGraphRunner` is the `runner` a
 `DecodeTrace` takes: the first `warmup` steps of each span run eagerly (they are real steps; they also
-initialise lazily created library state), the next one is captured and replayed, and later steps of that
-span only replay. Python code inside the step does not run on replay, so every piece of state a step
-changes lives in a device tensor updated in place; the one Python counter it moves (`session.count`) is
-advanced here.
+initialise lazily created library state and compile a compiled decoder's code for the span's shapes), the
+next one is captured and replayed, and later steps of that span only replay. Python code inside the step
+does not run on replay, so every piece of state a step changes lives in a device tensor updated in place;
+the one Python counter it moves (`session.count`) is advanced here. A capture costs a few eager steps, so a
+captured session grows its span through `CAPTURED_SPAN_SIZES` sizes only: attending over a few more empty
+slots costs less than capturing again.
 
-The other mode, `torch.compile` of the decoder forward (CPU or CUDA), is `arjet.session.CompiledDecoder`.
+The other mode, `torch.compile` of the decoder (CPU or CUDA), is `arjet.session.CompiledDecoder`;
+"inductor-graphs" runs a compiled decoder inside captured steps (the kernels fused, then launched at once).
 """
 
 from __future__ import annotations
@@ -23,21 +26,25 @@ import torch
 if TYPE_CHECKING:
     from ..session import DecodingSession
 
-COMPILE_MODES = ("none", "cuda-graphs", "inductor")
+COMPILE_MODES = ("none", "cuda-graphs", "inductor", "inductor-graphs")
+CAPTURED_MODES = ("cuda-graphs", "inductor-graphs")  # steps captured as CUDA graphs (CUDA only)
+COMPILED_MODES = ("inductor", "inductor-graphs")  # the decoder under `torch.compile`
+CAPTURED_SPAN_SIZES = 2  # attention spans a captured session grows through (half the cache, then all of it)
 
 
 def compile_mode(compile: bool | str, device: torch.device) -> str:
     """The mode for a pipeline's `compile=` argument: False / "none" (eager), "cuda-graphs", "inductor" (a
-    `torch.compile` of the decoder forward), or True (CUDA graphs on a CUDA device, else inductor)."""
+    `torch.compile` of the decoder), "inductor-graphs" (both), or True (CUDA graphs on a CUDA device, else
+    inductor)."""
     if compile is True:
         return "cuda-graphs" if device.type == "cuda" else "inductor"
     if compile is False or compile is None:
         return "none"
     if compile not in COMPILE_MODES:
         raise ValueError(f"compile must be True, False or one of {', '.join(COMPILE_MODES)}; got {compile!r}")
-    if compile == "cuda-graphs" and device.type != "cuda":
+    if compile in CAPTURED_MODES and device.type != "cuda":
         raise ValueError(
-            f"compile='cuda-graphs' needs a CUDA device; this pipeline runs on {device.type} "
+            f"compile={compile!r} needs a CUDA device; this pipeline runs on {device.type} "
             "(use compile='inductor' or compile=False)"
         )
     return compile
@@ -54,8 +61,9 @@ class CudaGraphRunner:
     around them), and the device time of the replays (CUDA events around each, read once when `counts()` is
     called after the decode: the loop itself never waits for them)."""
 
-    def __init__(self, session: DecodingSession, warmup: int = 2):
+    def __init__(self, session: DecodingSession, warmup: int = 1):
         self.session = session
+        session.span_sizes = min(session.span_sizes, CAPTURED_SPAN_SIZES)
         self.warmup = warmup
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, int]] = {}

@@ -15,6 +15,7 @@ with a float additive mask, which slots each input may attend to. Two implementa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -69,15 +70,20 @@ class TransformersDecoder:
 
 
 class CompiledDecoder:
-    """A decoder stack whose forward runs through `torch.compile` (one compiled graph per shape: per query
-    width and attention span). Keep one per pipeline: compiling is slow, replaying is not."""
+    """A decoder stack whose forward runs through `torch.compile`. A Llama-style stack compiles the two parts
+    of a layer around its attention (`LayerParts`), once for all its layers (they have the same shapes), per
+    query width; another stack compiles its whole forward per shape. Keep one per pipeline: compiling is
+    slow, running the compiled code is not."""
 
     def __init__(self, decoder: StaticDecoder, **options):
-        if isinstance(decoder, LlamaStackDecoder):
-            decoder.unpack()  # inductor lays out weights itself; it cannot take packed copies as inputs
         self.decoder = decoder
         self.reads_span_only = decoder.reads_span_only
-        self.forward = torch.compile(decoder.forward, dynamic=False, **options)
+        if isinstance(decoder, LlamaStackDecoder):
+            decoder.unpack()  # inductor lays out weights itself; it cannot take packed copies as inputs
+            decoder.parts = LayerParts().compiled(**options)
+            self.forward = decoder.forward
+        else:
+            self.forward = torch.compile(decoder.forward, dynamic=False, **options)
 
     def new_cache(self, rows: int, capacity: int) -> object:
         return self.decoder.new_cache(rows, capacity)
@@ -243,6 +249,7 @@ class LlamaStackDecoder:
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
         self.norm = backbone.norm if final_norm else None
+        self.parts = LayerParts()  # `CompiledDecoder` compiles them
 
     def _layer(self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
@@ -310,40 +317,92 @@ class LlamaStackDecoder:
 
     def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
         rows, m, _ = embeds.shape
-        span = mask.shape[-1]
         cos, sin = cache.rotary(positions)  # [rows, 1, m, rotary dims]
         index = slots[:, None, :, None].expand(rows, self.num_kv_heads, m, self.head_dim)
+        heads, parts = self.heads, self.parts
         x = embeds
         for i, layer in enumerate(self.layers):
-            residual = x
-            h = _rms_norm(layer.attention_norm, x)
-            q, k, v = layer.qkv(h)
-            q = q.view(rows, m, self.num_heads, self.head_dim)
-            k = k.view(rows, m, self.num_kv_heads, self.head_dim)
-            v = v.view(rows, m, self.num_kv_heads, self.head_dim)
-            if layer.q_norm is not None:
-                q, k = _head_norm(layer.q_norm, q), _head_norm(layer.k_norm, k)
-            q = _rotate(q.transpose(1, 2), cos, sin)
-            k = _rotate(k.transpose(1, 2), cos, sin)
-            keys, values = cache.keys[i], cache.values[i]
-            keys.scatter_(2, index, k)
-            values.scatter_(2, index, v.transpose(1, 2))
-            attended = F.scaled_dot_product_attention(
-                q,
-                keys[:, :, :span],
-                values[:, :, :span],
-                attn_mask=mask,
-                scale=self.scaling,
-                enable_gqa=self.num_kv_heads != self.num_heads,
-            )
-            h = layer.o(attended.transpose(1, 2).reshape(rows, m, -1))
-            x = residual + _rms_norm(layer.attention_post_norm, h)
-            residual = x
-            h = _rms_norm(layer.mlp_norm, x)
-            gate, up = layer.gate_up(h)
-            h = layer.down(layer.act(gate) * up)
-            x = residual + _rms_norm(layer.mlp_post_norm, h)
+            q, k, v = parts.attention_inputs(heads, layer, x, cos, sin)
+            attended = _attend(heads, cache.keys[i], cache.values[i], index, q, k, v, mask)
+            x = parts.block_outputs(layer, x, attended)
         return _rms_norm(self.norm, x)
+
+    @property
+    def heads(self) -> _Heads:
+        return _Heads(self.num_heads, self.num_kv_heads, self.head_dim, self.scaling)
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """The attention's head counts, head size and score scale: the same for every layer."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
+
+
+def _attention_inputs(
+    heads: _Heads, layer: _Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer's queries, keys and values `[rows, heads, m, head_dim]` for its input `x` `[rows, m, d]`: the
+    norm, the projections, the head norms and the rotary embedding (`cos`, `sin`: `[rows, 1, m, dims]`)."""
+    rows, m, _ = x.shape
+    q, k, v = layer.qkv(_rms_norm(layer.attention_norm, x))
+    q = q.view(rows, m, heads.heads, heads.head_dim)
+    k = k.view(rows, m, heads.kv_heads, heads.head_dim)
+    v = v.view(rows, m, heads.kv_heads, heads.head_dim)
+    if layer.q_norm is not None:
+        q, k = _head_norm(layer.q_norm, q), _head_norm(layer.k_norm, k)
+    return _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+
+
+def _attend(
+    heads: _Heads,
+    keys: torch.Tensor,  # [rows, kv_heads, capacity, head_dim]: the layer's cache, written in place
+    values: torch.Tensor,
+    index: torch.Tensor,  # [rows, kv_heads, m, head_dim] long: each input's slot
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,  # [rows, 1, m, span] float additive
+) -> torch.Tensor:
+    """Write the inputs' keys and values at their slots, then attend over the first `span` slots. Never
+    compiled: inductor would write a copy of the whole cache and copy it back."""
+    span = mask.shape[-1]
+    keys.scatter_(2, index, k)
+    values.scatter_(2, index, v)
+    return F.scaled_dot_product_attention(
+        q,
+        keys[:, :, :span],
+        values[:, :, :span],
+        attn_mask=mask,
+        scale=heads.scaling,
+        enable_gqa=heads.kv_heads != heads.heads,
+    )
+
+
+def _block_outputs(layer: _Layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """The rest of a layer after attention (`attended` `[rows, heads, m, head_dim]`): the output projection
+    and the residual, then the MLP block."""
+    rows, m, _ = x.shape
+    h = layer.o(attended.transpose(1, 2).reshape(rows, m, -1))
+    x = x + _rms_norm(layer.attention_post_norm, h)
+    gate, up = layer.gate_up(_rms_norm(layer.mlp_norm, x))
+    return x + _rms_norm(layer.mlp_post_norm, layer.down(layer.act(gate) * up))
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """The two pieces of a layer around its attention, as functions of their inputs alone: one compiled
+    graph of each serves every layer of a stack (`CompiledDecoder`)."""
+
+    attention_inputs: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = _attention_inputs
+    block_outputs: Callable[..., torch.Tensor] = _block_outputs
+
+    def compiled(self, **options) -> LayerParts:
+        compile = functools.partial(torch.compile, dynamic=False, **options)
+        return LayerParts(compile(self.attention_inputs), compile(self.block_outputs))
 
 
 def _projection(linear: nn.Linear, pack: bool) -> _Projection:

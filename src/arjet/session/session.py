@@ -105,6 +105,7 @@ class _Reach:
 
 class DecodingSession:
     span_step_min = 64  # the attention span grows in steps of at least this many slots (tests lower it)
+    span_sizes = 8  # ... through at most this many sizes (each a shape: a captured step's graph, say)
 
     def __init__(
         self,
@@ -267,7 +268,7 @@ class DecodingSession:
         the last `check`); the span grows in a few fixed steps, each a shape of its own."""
         bound = self._reach.frontier + 1 + (cells // self.layout.width + 2) * self.layout.row_stride
         step = self.span_step_min
-        bucket = step * max(1, _ceil_div(_ceil_div(self.capacity, 8), step))
+        bucket = step * max(1, _ceil_div(_ceil_div(self.capacity, self.span_sizes), step))
         self.span = min(self.capacity, bucket * _ceil_div(bound, bucket))
 
     def check(self) -> None:
@@ -453,7 +454,8 @@ class DecodingSession:
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
         positions = slots - prefix.pad[:, None] if prefix.positions is None else prefix.positions[:, :length]
-        hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions)
+        with torch.compiler.set_stance("force_eager"):  # one prefill per prompt length: not worth compiling
+            hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions)
         self.filled[:, :length] = shown
         if counted:
             self.count += 1

@@ -8,9 +8,12 @@ from typing import Any
 from ...reports.tables import markdown_table, number, significant
 from ..speed import SamplerSummary
 
+CAPTURED = ("cuda-graphs", "inductor-graphs")  # `arjet.samplers.capture.CAPTURED_MODES` (no torch here)
+
 
 def codes_target(results: dict[str, Any]) -> dict[str, Any]:
-    """Captured runs whose codes equal the eager run's of the same images (seeds, sampler, size)."""
+    """Captured runs whose codes equal the eager run's of the same images (seeds, sampler, size). Runs of
+    compiled kernels are not counted: inductor's fused kernels round differently from eager's."""
     matches = [same for section in results.values() for same in codes_match(section).values()]
     return {
         "target": "captured and eager codes equal (runs x samplers compared)",
@@ -71,9 +74,12 @@ def _section_lines(section: dict[str, Any]) -> list[str]:
         lines += [markdown_table(("query tokens", "eager ms", "CUDA graph ms"), rows, [True, True, True]), ""]
     if section.get("throughput"):
         lines += [_throughput_table(section["throughput"]), ""]
-    matches = codes_match(section)
+    matches = {**codes_match(section), **codes_match(section, "inductor-graphs")}
     for run in section.get("runs", []):
         lines += [f"### {run['label']}", "", _run_table(run), ""]
+        if run.get("seconds") is not None:
+            warm = "its untimed first call per sampler included" if run["warmup"] else "no untimed first call"
+            lines += [f"{run['seconds']:.0f} s in all ({warm}).", ""]
         for sampler, counts in run.get("capture", {}).items():
             same = {True: "; codes equal eager's", False: "; **codes differ from eager's**", None: ""}[
                 matches.get(f"{run['label']}: {sampler}")
@@ -100,7 +106,7 @@ def _run_table(run: dict[str, Any]) -> str:
     known = {f.name for f in fields(SamplerSummary)}
     summaries = [SamplerSummary(**{k: v for k, v in s.items() if k in known}) for s in run["summaries"]]
     table = BenchResult(summaries, []).table().splitlines()
-    if run["compile"] != "cuda-graphs":
+    if run["compile"] not in CAPTURED:
         return "\n".join(table)
     table[0] += " ms / replayed step |"
     table[1] += " ---: |"
@@ -124,8 +130,9 @@ def _profile_lines(sampler: str, profile: dict[str, Any]) -> list[str]:
     ]
 
 
-def codes_match(section: dict[str, Any]) -> dict[str, bool]:
-    """Per captured run and sampler: do its codes equal the eager run's of the same label (same seeds)?"""
+def codes_match(section: dict[str, Any], mode: str = "cuda-graphs") -> dict[str, bool]:
+    """Per run in compile `mode` and sampler: do its codes equal the eager run's of the same label (same
+    seeds)?"""
     eager = {
         r["label"].removesuffix(" eager"): r["codes"]
         for r in section.get("runs", [])
@@ -133,8 +140,8 @@ def codes_match(section: dict[str, Any]) -> dict[str, bool]:
     }
     matches = {}
     for run in section.get("runs", []):
-        base = eager.get(run["label"].removesuffix(" cuda-graphs"))
-        if run["compile"] != "cuda-graphs" or base is None:
+        base = eager.get(run["label"].removesuffix(f" {mode}"))
+        if run["compile"] != mode or base is None:
             continue
         for sampler, codes in run["codes"].items():
             if sampler in base:

@@ -7,7 +7,7 @@ import multiprocessing
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,10 @@ def run_section(section: Section, path: str, device: str = "cuda") -> None:
                 save()
                 print(f"[{section.name}] {run.label}: done", flush=True)
             if section.throughput is not None:
-                result["throughput"] = _throughput_run(pipe, section.throughput, device)
-                save()
+                result["throughput"] = []
+                for rows in _throughput_rows(pipe, section.throughput, device):
+                    result["throughput"] += rows  # saved per concurrency: a section stopped keeps them
+                    save()
     except Exception:  # noqa: BLE001 (recorded in the report)
         result["error"] = traceback.format_exc(limit=8)
         print(result["error"], flush=True)
@@ -176,6 +178,7 @@ def _bench_run(pipe, section: Section, run: BenchRun) -> dict[str, Any]:
     from ..prompts import load_prompts
 
     prompts = load_prompts("shapes", run.n)
+    begin = time.monotonic()
     call: dict[str, Any] = {"compile": run.compile}
     if run.size is not None:
         call.update(height=run.size, width=run.size)
@@ -206,18 +209,19 @@ def _bench_run(pipe, section: Section, run: BenchRun) -> dict[str, Any]:
         "codes": codes,
         "capture": capture,
         "profiles": profiles,
+        "seconds": time.monotonic() - begin,  # the whole run: warm-up calls (compiling), calls, profiles
         "environment": result.environment,
     }
 
 
-def _throughput_run(pipe, run: ThroughputRun, device: str) -> list[dict[str, Any]]:
-    """`run_throughput` at each concurrency with `max(n, concurrency)` images (every lane used once)."""
+def _throughput_rows(pipe, run: ThroughputRun, device: str) -> Iterator[list[dict[str, Any]]]:
+    """`run_throughput` at each concurrency in turn with `max(n, concurrency)` images (every lane used once):
+    the rows of each concurrency as it finishes."""
     import warnings
 
     from ..prompts import load_prompts
     from ..throughput import run_throughput
 
-    rows = []
     with warnings.catch_warnings():  # a random model's word-level vocabulary: words do not change the cost
         warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
         for concurrency in run.concurrencies:
@@ -226,8 +230,7 @@ def _throughput_run(pipe, run: ThroughputRun, device: str) -> list[dict[str, Any
             result = run_throughput(
                 pipe, run.samplers, prompts, [concurrency], compile=compile, progress=False
             )
-            rows += result.to_dict()["rows"]
-    return rows
+            yield result.to_dict()["rows"]
 
 
 def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

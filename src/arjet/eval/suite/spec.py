@@ -12,7 +12,7 @@ class BenchRun:
 
     label: str
     samplers: tuple[str, ...]
-    compile: str = "cuda-graphs"  # "none" or "cuda-graphs" (the pipeline's `compile=`)
+    compile: str = "cuda-graphs"  # the pipeline's `compile=`: "none", "cuda-graphs" or "inductor-graphs"
     n: int = 1  # prompts
     batch_size: int = 1
     size: int | None = None  # square image side in pixels (None: the model's default)
@@ -66,7 +66,8 @@ class Section:
 @dataclass(frozen=True)
 class Figure:
     """One number of a suite's results: `field` of `sampler`'s summary in run `run` of section `section`
-    (for the graph floor, `sampler` is the query width as text and `field` is `graph_ms` or `eager_ms`)."""
+    (for the graph floor, `sampler` is the query width as text and `field` is `graph_ms` or `eager_ms`; for
+    an engine section, `run` is "concurrency N" and `field` a column of its throughput rows)."""
 
     section: str
     run: str
@@ -78,6 +79,17 @@ class Figure:
         if section.get("floor") is not None and self.run == "floor":
             rows = {str(row["queries"]): row for row in section["floor"]}
             return (rows.get(self.sampler) or {}).get(self.field)
+        if section.get("throughput") is not None and self.run.startswith("concurrency "):
+            concurrency = int(self.run.removeprefix("concurrency "))
+            row = next(
+                (
+                    r
+                    for r in section["throughput"]
+                    if r["sampler"] == self.sampler and r["concurrency"] == concurrency
+                ),
+                None,
+            )
+            return None if row is None else row.get(self.field)
         run = next((r for r in section.get("runs", []) if r["label"] == self.run), None)
         if run is None:
             return None
