@@ -81,3 +81,68 @@ def test_prompt_sets_read_text_json_coco_and_jsonl(tmp_path):
     assert len(shapes) == 4 and shapes == prompt_set("shapes", 4, 0)
     with pytest.raises(FileNotFoundError, match="no such file"):
         prompt_set(str(tmp_path / "missing.txt"), 1, 0)
+
+
+def _train_in_process(rank: int, port: int, tmp_path, results) -> None:
+    """One of two training processes, as `accelerate launch` / `torchrun` start them (their environment)."""
+    import os
+
+    from arjet.train.drafter import train_drafter
+
+    os.environ.update(
+        WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    config = DrafterTrainConfig(
+        base=str(tmp_path / "base"),
+        out=str(tmp_path / "out"),
+        prompts=str(tmp_path / "prompts.txt"),
+        images=5,
+        data_batch=2,
+        data_sampler="ar",
+        batch_size=2,
+        heads=2,
+        max_steps=3 if rank == 0 else 6,  # the first to stop stops both, at the same step
+        log_every=1,
+        threads=1,
+    )
+    train_drafter(config)
+    results.put(rank)
+
+
+def test_two_processes_share_the_images_and_stop_together(tmp_path):
+    """Under a launcher's environment: each process makes its share of the 5 images, and the budget of the
+    first to run out ends both (the other would wait forever for its gradients otherwise)."""
+    import multiprocessing
+
+    from ports import free_port
+
+    _base(tmp_path, "emu3")
+    context, port = multiprocessing.get_context("fork"), free_port()
+    results = context.Queue()
+    workers = [context.Process(target=_train_in_process, args=(r, port, tmp_path, results)) for r in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        finished = sorted(results.get(timeout=240) for _ in workers)
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+            if worker.is_alive():
+                worker.kill()
+    assert finished == [0, 1] and all(worker.exitcode == 0 for worker in workers)
+    log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["images"] == 5 and log[0]["sequences"] == 5 * 2  # 3 + 2 images, two CFG rows each
+    assert [record["step"] for record in log[1:]] == [1, 2, 3]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["steps"] == 3
+    pipe = arjet.ARPipeline.from_pretrained(str(tmp_path / "out" / "pipeline"))
+    assert pipe.drafter is not None
+
+
+def test_a_process_shard_takes_every_countth_item():
+    from arjet.train.processes import Processes
+
+    items = list(range(7))
+    shards = [Processes(rank, 3).shard(items) for rank in range(3)]
+    assert shards == [[0, 3, 6], [1, 4], [2, 5]] and Processes().shard(items) == items
+    assert list(Processes().steps(iter(range(3)))) == [0, 1, 2]

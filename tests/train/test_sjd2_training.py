@@ -97,14 +97,14 @@ def test_images_of_another_size_are_refused_by_name(tmp_path, capsys):
 def _average_in_process(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from arjet.train.sjd2 import _average_gradients
+    from arjet.train.processes import Processes
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     reached, missed = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
     reached.grad = torch.full((3,), float(rank + 1))
     if rank == 0:  # process 1's batch never reached this parameter
         missed.grad = torch.full((2,), 4.0)
-    _average_gradients([reached, missed], 2)
+    Processes(rank, 2).average_gradients([reached, missed])
     results.put((rank, reached.grad.tolist(), missed.grad.tolist()))
     dist.destroy_process_group()
 

@@ -13,12 +13,15 @@
    `max_minutes`.
 
 The result is the base pipeline with its `drafter` component (`out/pipeline`) and the drafter alone
-(`out/drafter`). One process, on `device` (CPU by default or a GPU).
+(`out/drafter`). One process on `device` (CPU by default, or a GPU), or several under `accelerate launch` /
+`torchrun` (`arjet.train.processes`): each generates and trains on its share of the images, with the
+gradients averaged, and the first one logs and saves.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from ..session import DecodingSession
 from ..session.drafter import Drafter
 from .configs import DrafterTrainConfig
+from .processes import Processes
 from .scaffold import TrainingRun
 from .schedule import warmup_cosine
 
@@ -63,19 +67,23 @@ def prompt_set(source: str, count: int, seed: int) -> list[str]:
 
 @torch.no_grad()
 def distill(
-    pipe, prompts: list[str], config: DrafterTrainConfig, progress=None
+    pipe, prompts: list[str], config: DrafterTrainConfig, progress=None, seeds: list[int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own codes for `prompts` and its hidden states: `(hidden [R, N, d] bfloat16, codes [R, N])`
     with `R` sequences (one per CFG row) of the grid's `N` cells; `hidden[:, c]` is the hidden state whose
-    output predicted cell `c`."""
+    output predicted cell `c`. `seeds`: one per prompt (default: from `config.seed` and the prompt's place)."""
+    if seeds is None:
+        seeds = image_seeds(config, range(len(prompts)))
     grid = pipe.grid_for(*pipe.default_size())
     scale = pipe.checkpoint_guidance_scale()
     guided = scale != 1
     hidden_rows, code_rows = [], []
     for start in range(0, len(prompts), config.data_batch):
         batch = prompts[start : start + config.data_batch]
-        seeds = [config.seed * 1_000_003 + start + i for i in range(len(batch))]
-        codes = pipe(batch, sampler=config.data_sampler, seed=seeds, output_type="latent").codes.flatten(1)
+        batch_seeds = seeds[start : start + config.data_batch]
+        codes = pipe(
+            batch, sampler=config.data_sampler, seed=batch_seeds, output_type="latent"
+        ).codes.flatten(1)
         session = DecodingSession(
             pipe.session_adapter(),
             pipe.image_layout(grid),
@@ -90,6 +98,11 @@ def distill(
         if progress is not None:
             progress(len(batch))
     return torch.cat(hidden_rows), torch.cat(code_rows)
+
+
+def image_seeds(config: DrafterTrainConfig, places: Iterable[int]) -> list[int]:
+    """The seed of each training image, by its place in the whole prompt set (whichever process makes it)."""
+    return [config.seed * 1_000_003 + place for place in places]
 
 
 def drafter_loss(
@@ -114,23 +127,63 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
 
     from ..builtin import load_model
 
-    pipe = load_model(config.base, device=config.device, dtype="float32")
+    processes = Processes.from_environment(config.device)
+    device = processes.device(config.device)
+    pipe = load_model(config.base, device=device, dtype="float32")
     pipe.set_progress_bar_config(disable=True)
-    run = TrainingRun(config, "drafter")
+    run = TrainingRun(config, "drafter", show=processes.main)
     prompts = prompt_set(config.prompts, config.images, config.seed)
-    with tqdm(total=len(prompts), desc="self-distillation data", unit="image") as bar:
-        hidden, codes = distill(pipe, prompts, config, bar.update)
-    run.log({"images": len(prompts), "sequences": len(codes), "minutes_data": run.minutes})
+    places = processes.shard(range(len(prompts)))
+    with tqdm(
+        total=len(places), desc="self-distillation data", unit="image", disable=not processes.main
+    ) as bar:
+        hidden, codes = distill(
+            pipe, [prompts[i] for i in places], config, bar.update, image_seeds(config, places)
+        )
+    sequences = processes.total(len(codes), device)
+    if processes.main:
+        run.log({"images": len(prompts), "sequences": sequences, "minutes_data": run.minutes})
+    drafter, loss, parts = fit_drafter(pipe, hidden, codes, config, run, processes)
+    run.check_finite(drafter)
+    if processes.main:
+        drafter.save_pretrained(run.out / "drafter")
+        pipe.register_modules(drafter=drafter)
+        pipe.save_pretrained(run.out / "pipeline")
+        (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+        metrics = {
+            "steps": run.step,
+            "minutes": run.minutes,
+            "processes": processes.count,
+            "loss": loss,
+            **parts,
+        }
+        (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    processes.finish()
+    return run.out / "pipeline"
 
+
+def fit_drafter(
+    pipe,
+    hidden: torch.Tensor,
+    codes: torch.Tensor,
+    config: DrafterTrainConfig,
+    run: TrainingRun,
+    processes: Processes | None = None,
+) -> tuple[Drafter, float, dict[str, float]]:
+    """A new drafter for `pipe` fitted to this process's sequences (`distill`'s `hidden`, `codes`) within
+    the run's budget, the gradients averaged over `processes`; returns it (in eval mode) with the last
+    step's loss and its parts."""
+    processes = processes or Processes()
     adapter = pipe.session_adapter()
     pipe.model.requires_grad_(False)
     drafter = Drafter.for_adapter(
         adapter, intermediate_size=config.intermediate_size or None, num_attention_heads=config.heads
-    ).to(pipe.device)
+    ).to(pipe.device)  # the same weights in every process: `TrainingRun` seeded torch alike
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    order = np.random.default_rng(config.seed)
-    for step in run.steps():
+    order = np.random.default_rng(config.seed + 1_000_003 * processes.rank)
+    loss, parts = torch.zeros(()), {}
+    for step in processes.steps(run.steps(), str(pipe.device)):
         for group in optimizer.param_groups:
             group["lr"] = warmup_cosine(config, step, run.seconds)
         index = torch.from_numpy(order.integers(0, len(codes), config.batch_size))
@@ -140,18 +193,10 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        processes.average_gradients(drafter.parameters())
         torch.nn.utils.clip_grad_value_(drafter.parameters(), 0.5)
         optimizer.step()
         run.progress.set_postfix(loss=f"{loss.item():.3f}", top1=f"{parts['top1']:.2f}")
-        if (step + 1) % config.log_every == 0:
+        if processes.main and (step + 1) % config.log_every == 0:
             run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item(), **parts})
-    run.check_finite(drafter)
-    drafter.eval()
-    drafter.save_pretrained(run.out / "drafter")
-    pipe.register_modules(drafter=drafter)
-    pipe.save_pretrained(run.out / "pipeline")
-    (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
-    (run.out / "metrics.json").write_text(
-        json.dumps({"steps": run.step, "minutes": run.minutes, "loss": loss.item(), **parts}, indent=2)
-    )
-    return run.out / "pipeline"
+    return drafter.eval(), loss.item(), parts

@@ -23,6 +23,7 @@ import torch
 from ..session import Prefix
 from ..session.noise import NoiseConditioning
 from .configs import SJD2TrainConfig
+from .processes import Processes
 from .scaffold import TrainingRun
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
@@ -198,7 +199,10 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     generator = torch.Generator().manual_seed(config.seed + accelerator.process_index)
     order_rng = np.random.default_rng(config.seed + accelerator.process_index)
     adapter = pipe.session_adapter()
-    for step in run.steps():
+    processes = Processes(
+        accelerator.process_index, accelerator.num_processes, accelerator.local_process_index
+    )
+    for step in processes.steps(run.steps(), str(accelerator.device)):
         index = order_rng.integers(0, len(data), config.batch_size)
         prefix, codes, preview = data.batch(index, grid)
         scale = warmup_cosine(config, step, run.seconds) / config.lr if config.lr > 0 else 0.0
@@ -208,8 +212,7 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
             loss = _noisy_loss(pipe, adapter, noise, config, generator, prefix, codes, preview)
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
-        if accelerator.num_processes > 1:
-            _average_gradients(trainable, accelerator.num_processes)
+        processes.average_gradients(trainable)
         accelerator.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         run.progress.set_postfix(loss=f"{loss.item():.3f}")
@@ -248,16 +251,6 @@ def _noisy_loss(pipe, adapter, noise, config, generator, prefix, codes, preview)
 
 def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if tensor is None else tensor.to(device)
-
-
-def _average_gradients(parameters: list[torch.nn.Parameter], processes: int) -> None:
-    """Mean gradient over the processes (what a DDP wrapper would do); a parameter this process's batch did
-    not reach counts as a zero gradient, so every process reduces the same tensors."""
-    for parameter in parameters:
-        if parameter.grad is None:
-            parameter.grad = torch.zeros_like(parameter)
-        torch.distributed.all_reduce(parameter.grad)
-        parameter.grad /= processes
 
 
 def _noise_conditioning(pipe, levels: int) -> NoiseConditioning:
