@@ -39,7 +39,7 @@ fi
 
 echo "== arjet bench --suite $suite =="
 budget=$(python3 -c "print(max(0.5, ($limit_s - $SECONDS) / 60))")
-python3 -m arjet bench --suite "$suite" --out "$out" "${tests[@]}" --budget-minutes "$budget" "$@"
+python3 -m arjet bench --suite "$suite" --out "$out" ${tests[@]+"${tests[@]}"} --budget-minutes "$budget" "$@"
 status=$?
 rm -rf "$work"
 echo "gpu check: ${SECONDS} s in all"

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from arjet.engine import Cancelled, Engine, QueueFull
+from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
 GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3, 5)}
@@ -203,36 +204,38 @@ def test_captured_lanes_decode_as_alone_on_the_gpu(family, sampler):
 
 @pytest.mark.parametrize("sampler", ["ar", "mc-sjd:window=4", "sjd-pac:window=9,tree_width=2", "adaptive"])
 def test_the_captured_lanes_path_keys_one_runner_per_bucket_and_window(sampler, monkeypatch):
-    """The engine's captured path on the CPU, with a stand-in runner that steps eagerly: one runner per
-    (bucket of lanes, adaptive window), whatever the sampler's stepper holds; each image decodes as alone
-    with the captured sessions' few span sizes."""
+    """The engine's captured path on the CPU, the runner's replay replaced by an eager step: one runner per
+    (bucket of lanes, adaptive window), whatever the sampler's stepper holds; every step's span is one of
+    the captured session's two sizes, and each image decodes as alone."""
+    import math
+
     from arjet.engine import lanes as lanes_module
-    from arjet.samplers.capture import CAPTURED_SPAN_SIZES
+    from arjet.samplers.capture import CAPTURED_SPAN_SIZES, CudaGraphRunner
 
-    made: list[tuple[object, int]] = []
+    spans: list[tuple[int, int]] = []  # (span, capacity) of every step
 
-    class EagerRunner:
-        def __init__(self, session):
-            session.span_sizes = min(session.span_sizes, CAPTURED_SPAN_SIZES)
-            self.graphs: dict[int, None] = {}
-            self.session = session
-            made.append((self, session.span_sizes))
-
+    class EagerRunner(CudaGraphRunner):
         def __call__(self, step):
-            self.graphs[self.session.span] = None
+            spans.append((self.session.span, self.session.capacity))
             step()
 
     monkeypatch.setattr(lanes_module, "CudaGraphRunner", EagerRunner)
     monkeypatch.setattr(lanes_module, "CAPTURED_MODES", ("none",))  # "capture" the eager mode
-    pipe = _pipe("emu3")
+    monkeypatch.setattr(DecodingSession, "span_step_min", 1)  # spans as narrow as the sizes allow
+    pipe = tiny_pipeline(
+        "emu3", grid=(8, 8), vocab_size=8, logit_scale=3.0
+    )  # the image outgrows half the cache
+    pipe.set_progress_bar_config(disable=True)
     seeds = [40 + i for i in range(len(PROMPTS))]
     alone = _alone(pipe, sampler, seeds) if sampler != "adaptive" else None
     with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
         results = engine.generate(PROMPTS, seed=40, sampler=sampler)
         keys = [key for group in engine.groups for key in group.runners]
-    assert made and all(sizes == CAPTURED_SPAN_SIZES for _, sizes in made)
-    assert all(1 <= len(runner.graphs) <= CAPTURED_SPAN_SIZES for runner, _ in made)
-    assert len(keys) == len(set(keys)) == len(made)
+    assert CAPTURED_SPAN_SIZES == 2 and spans
+    assert all(span in (math.ceil(capacity / 2), capacity) for span, capacity in spans)
+    if sampler == "ar":  # one cell a step: the decode starts in the first size and grows into the second
+        assert len({span for span, _ in spans}) == 2
+    assert len(keys) == len(set(keys))
     if sampler == "adaptive":
         assert all(window is not None for _, window in keys)
     else:

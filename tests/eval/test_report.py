@@ -33,3 +33,16 @@ def test_reports_name_models_not_paths(tmp_path):
     assert model_name("deepseek-community/Janus-Pro-1B") == "deepseek-community/Janus-Pro-1B"
     (tmp_path / "my-janus").mkdir()
     assert model_name(str(tmp_path / "my-janus")) == "my-janus"
+
+
+def test_the_table_shows_a_drafters_cost_when_a_sampler_used_one():
+    from dataclasses import replace
+
+    from arjet.eval.report import results_table
+
+    plain = results_table([_row(8)])
+    assert "drafter forwards" not in plain
+    drafted = results_table([_row(8), replace(_row(8), sampler="eagle", drafter_forwards=581.5)])
+    header, _, ar_row, eagle_row = drafted.splitlines()
+    assert header.endswith("| drafter forwards |")
+    assert ar_row.endswith("| 0.0 |") and eagle_row.endswith("| 581.5 |")

@@ -303,3 +303,22 @@ def test_a_run_made_before_a_setting_existed_resumes_with_its_default(model, fin
     calls = []
     monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
     assert main(args(model, out)) == 0 and not calls
+
+
+def test_a_drafters_forward_passes_are_recorded_and_reported(tmp_path):
+    """`eagle` on a pipeline with a (random) drafter: each record counts the drafter's forwards, the report's
+    table shows their mean; a sampler without a drafter counts none."""
+    import arjet
+
+    pipe = tiny_pipeline("janus", grid=(4, 4), vocab_size=16, logit_scale=3.0)
+    pipe.register_modules(drafter=arjet.Drafter.for_adapter(pipe.session_adapter()))
+    pipe.save_pretrained(tmp_path / "model")
+    (tmp_path / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+    out = tmp_path / "run"
+    command = args(tmp_path, out)
+    command[command.index("ar,zipar")] = "ar;eagle:window=4,tree_width=1,tree_depth=1"
+    assert main(command) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    drafted = {r["sampler"]: r["drafter_forwards"] for r in records}
+    assert drafted["ar"] == 0 and drafted["eagle:window=4,tree_width=1,tree_depth=1"] > 0
+    assert "| drafter forwards |" in (out / "report.md").read_text()

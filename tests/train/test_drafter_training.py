@@ -145,4 +145,26 @@ def test_a_process_shard_takes_every_countth_item():
     items = list(range(7))
     shards = [Processes(rank, 3).shard(items) for rank in range(3)]
     assert shards == [[0, 3, 6], [1, 4], [2, 5]] and Processes().shard(items) == items
-    assert list(Processes().steps(iter(range(3)))) == [0, 1, 2]
+
+    class Run:  # a `TrainingRun`'s steps and clock
+        seconds = 1.5
+
+        def steps(self):
+            yield from range(3)
+
+    assert list(Processes().steps(Run())) == [(0, 1.5), (1, 1.5), (2, 1.5)]
+
+
+def test_a_launch_with_too_few_images_or_a_fixed_gpu_is_refused_before_any_process_waits(
+    tmp_path, monkeypatch
+):
+    from arjet.train.drafter import train_drafter
+    from arjet.train.processes import Processes
+
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    config = DrafterTrainConfig(base=str(tmp_path / "absent"), out=str(tmp_path / "out"), images=2)
+    with pytest.raises(ValueError, match=r"--images 2: at least one per process \(3 processes\)"):
+        train_drafter(config)
+    with pytest.raises(ValueError, match="--device cuda:1: with 3 processes each takes its own GPU"):
+        Processes.from_environment("cuda:1")

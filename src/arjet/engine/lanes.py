@@ -124,14 +124,15 @@ class LaneGroup:
         decode, stepper = self.bucket_views[size]
         if window is not None:
             stepper.window = window
-        decode.session.reserve(stepper.reach)
         if not self.cuda_graphs:
+            decode.session.reserve(stepper.reach)
             stepper.step()
             return
         shape = (size, window)  # the adaptive mode's window changes the step's shapes; a sampler's is fixed
         runner = self.runners.get(shape)
-        if runner is None:
+        if runner is None:  # made before `reserve`: it sets the captured session's span sizes
             runner = self.runners[shape] = CudaGraphRunner(decode.session)
+        decode.session.reserve(stepper.reach)
         runner(stepper.step)
 
     def status(self) -> LaneStatus:

@@ -34,6 +34,8 @@ HEADER = (
 
 
 def results_table(results: Sequence[SamplerResult]) -> str:
+    """The report's table; with a column of the drafter's forward passes per image when a sampler used one."""
+    drafted = any(r.drafter_forwards for r in results)
     rows = [
         (
             f"`{r.sampler}`",
@@ -46,10 +48,12 @@ def results_table(results: Sequence[SamplerResult]) -> str:
             significant(r.images_per_second),
             ratio(r.latency_speedup),
             number(r.accepted_per_step),
+            *((number(r.drafter_forwards, 1),) if drafted else ()),
         )
         for r in results
     ]
-    return markdown_table(HEADER, rows, numeric=[False, *[True] * (len(HEADER) - 1)])
+    header = (*HEADER, "drafter forwards") if drafted else HEADER
+    return markdown_table(header, rows, numeric=[False, *[True] * (len(header) - 1)])
 
 
 def judge_note(prompts: str, fid_features: str | None, clip_model: str | None) -> str | None:

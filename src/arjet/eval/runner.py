@@ -344,6 +344,7 @@ def make_record(job: Job, prompt: str, image: str, codes: torch.Tensor, stat, ba
         "mean_accepted": statistics.fmean(stat.accepted_per_step) if stat.accepted_per_step else 0.0,
         "accepted_histogram": dict(sorted(Counter(stat.accepted_per_step).items())),  # tokens -> steps
         "codes_sha1": hashlib.sha1(codes.cpu().numpy().tobytes()).hexdigest(),
+        "drafter_forwards": stat.extra.get("drafter_forwards", 0),  # a drafter's own forward passes
     }
     if job.index < COMMIT_MAPS:
         record["commit_step"] = stat.commit_step.tolist()

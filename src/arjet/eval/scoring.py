@@ -59,6 +59,7 @@ class SamplerResult:
     latency_speedup: float | None
     accepted_per_step: float
     images_per_second: float | None = None  # throughput: images over the time that made them
+    drafter_forwards: float = 0.0  # a drafter's forward passes per image
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +105,7 @@ def score_run(
                 latency_speedup=summary.latency_speedup,
                 accepted_per_step=summary.accepted_per_step,
                 images_per_second=summary.images_per_second,
+                drafter_forwards=summary.drafter_forwards,
             )
         )
     return rows, info

@@ -43,6 +43,7 @@ class SamplerSummary:
     images_per_second: float | None = None  # images / seconds of every call that made them
     floor_ms: float | None = None  # bandwidth floor of one forward (mean over this sampler's images)
     floor_ratio: float | None = None  # ms_per_forward / floor_ms
+    drafter_forwards: float = 0.0  # a drafter's forward passes per image (each of one input per CFG row)
 
 
 def summarise(
@@ -62,6 +63,7 @@ def summarise(
                 seconds=statistics.fmean(r["seconds"] for r in rows),
                 accepted_per_step=statistics.fmean(r["mean_accepted"] for r in rows),
                 peak_memory_mb=peaks[spec],
+                drafter_forwards=statistics.fmean(r.get("drafter_forwards", 0) for r in rows),
             )
         )
     for s in summaries:

@@ -7,9 +7,9 @@ span and replayed: one launch per step instead of hundreds. `CudaGraphRunner` is
 initialise lazily created library state and compile a compiled decoder's code for the span's shapes), the
 next one is captured and replayed, and later steps of that span only replay. Python code inside the step
 does not run on replay, so every piece of state a step changes lives in a device tensor updated in place;
-the one Python counter it moves (`session.count`) is advanced here. A capture costs a few eager steps, so a
-captured session grows its span through `CAPTURED_SPAN_SIZES` sizes only: attending over a few more empty
-slots costs less than capturing again.
+the one Python counter it moves (`session.count`) is advanced here. A span costs an eager step and a
+capture, so a captured session grows its span through `CAPTURED_SPAN_SIZES` sizes only: attending over a
+few more empty slots costs less than capturing again.
 
 The other mode, `torch.compile` of the decoder (CPU or CUDA), is `arjet.session.CompiledDecoder`;
 "inductor-graphs" runs a compiled decoder inside captured steps (the kernels fused, then launched at once).
@@ -65,7 +65,7 @@ class CudaGraphRunner:
         self.session = session
         session.span_sizes = min(session.span_sizes, CAPTURED_SPAN_SIZES)
         self.warmup = warmup
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = None  # the graphs' memory pool, made at the first capture
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, int]] = {}
         self.eager_steps: dict[int, int] = {}
         self.replays = 0
@@ -96,6 +96,8 @@ class CudaGraphRunner:
             torch.cuda.current_stream().wait_stream(side)
         else:
             graph = torch.cuda.CUDAGraph()
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
             before = self.session.count
             with torch.cuda.graph(graph, pool=self.pool):
                 step()  # recorded, not run: the replay below runs it

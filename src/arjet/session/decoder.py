@@ -32,6 +32,11 @@ class StaticDecoder(Protocol):
 
     reads_span_only: bool  # attends to the first `span` slots of the cache only (else the whole capacity)
 
+    @property
+    def eager(self) -> StaticDecoder:
+        """The same stack run without compiling (itself, unless it compiles): for the prefill, one per prompt
+        length, which is not worth compiling."""
+
     def new_cache(self, rows: int, capacity: int) -> object:
         """A cache of `capacity` slots for `rows` sequences, filled by later forwards."""
 
@@ -58,6 +63,10 @@ class TransformersDecoder:
         self._hidden_states = hidden_states
         self._num_layers = num_layers
 
+    @property
+    def eager(self) -> TransformersDecoder:
+        return self
+
     def new_cache(self, rows: int, capacity: int) -> SlotCache:
         return SlotCache(self._num_layers, capacity)
 
@@ -69,21 +78,33 @@ class TransformersDecoder:
         return self._hidden_states(embeds, positions, mask, cache)
 
 
+RECOMPILE_LIMIT = 64  # compiled shapes per function (dynamo's default is 8)
+
+
 class CompiledDecoder:
     """A decoder stack whose forward runs through `torch.compile`. A Llama-style stack compiles the two parts
     of a layer around its attention (`LayerParts`), once for all its layers (they have the same shapes), per
-    query width; another stack compiles its whole forward per shape. Keep one per pipeline: compiling is
-    slow, running the compiled code is not."""
+    shape of its inputs (rows, query width); another stack compiles its whole forward per shape. `eager` is
+    the stack itself, uncompiled. Keep one per pipeline: compiling is slow, running the compiled code is
+    not."""
 
     def __init__(self, decoder: StaticDecoder, **options):
         self.decoder = decoder
         self.reads_span_only = decoder.reads_span_only
+        # an engine's lane buckets and windows are shapes of their own, and every stack shares the compiled
+        # parts' cache: room for them all before dynamo falls back to running eagerly
+        config = torch._dynamo.config
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        setattr(config, limit, max(getattr(config, limit), RECOMPILE_LIMIT))
         if isinstance(decoder, LlamaStackDecoder):
             decoder.unpack()  # inductor lays out weights itself; it cannot take packed copies as inputs
-            decoder.parts = LayerParts().compiled(**options)
-            self.forward = decoder.forward
+            self.forward = functools.partial(decoder.forward, parts=LayerParts().compiled(**options))
         else:
             self.forward = torch.compile(decoder.forward, dynamic=False, **options)
+
+    @property
+    def eager(self) -> StaticDecoder:
+        return self.decoder
 
     def new_cache(self, rows: int, capacity: int) -> object:
         return self.decoder.new_cache(rows, capacity)
@@ -249,7 +270,6 @@ class LlamaStackDecoder:
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
         self.norm = backbone.norm if final_norm else None
-        self.parts = LayerParts()  # `CompiledDecoder` compiles them
 
     def _layer(self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
         attention = layer.self_attn
@@ -315,11 +335,18 @@ class LlamaStackDecoder:
     def rows(self, cache: KVCache, rows: slice) -> KVCache:
         return KVCache(cache.keys[:, rows], cache.values[:, rows], cache.cos, cache.sin)
 
-    def forward(self, cache: KVCache, embeds, positions, slots, mask) -> torch.Tensor:
+    @property
+    def eager(self) -> LlamaStackDecoder:
+        return self
+
+    def forward(
+        self, cache: KVCache, embeds, positions, slots, mask, parts: LayerParts | None = None
+    ) -> torch.Tensor:
+        """`parts`: the layer's two parts around its attention (`CompiledDecoder` passes compiled ones)."""
         rows, m, _ = embeds.shape
         cos, sin = cache.rotary(positions)  # [rows, 1, m, rotary dims]
         index = slots[:, None, :, None].expand(rows, self.num_kv_heads, m, self.head_dim)
-        heads, parts = self.heads, self.parts
+        heads, parts = self.heads, parts or EAGER_PARTS
         x = embeds
         for i, layer in enumerate(self.layers):
             q, k, v = parts.attention_inputs(heads, layer, x, cos, sin)
@@ -403,6 +430,9 @@ class LayerParts:
     def compiled(self, **options) -> LayerParts:
         compile = functools.partial(torch.compile, dynamic=False, **options)
         return LayerParts(compile(self.attention_inputs), compile(self.block_outputs))
+
+
+EAGER_PARTS = LayerParts()
 
 
 def _projection(linear: nn.Linear, pack: bool) -> _Projection:

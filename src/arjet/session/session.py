@@ -378,11 +378,19 @@ class DecodingSession:
         return self._start[:, None, None] + self._grid_offsets[offset.clamp(0, len(self._grid_offsets) - 1)]
 
     def _forward(
-        self, embeds: torch.Tensor, slots: torch.Tensor, allowed: torch.Tensor, positions: torch.Tensor
+        self,
+        embeds: torch.Tensor,
+        slots: torch.Tensor,
+        allowed: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        eager: bool = False,
     ) -> torch.Tensor:
+        """The decoder over `embeds`; `eager`: never through compiled code (the prefill)."""
         mask = torch.zeros(allowed.shape, dtype=embeds.dtype, device=self.device)
         mask = mask.masked_fill_(~allowed, torch.finfo(embeds.dtype).min)[:, None]
-        return self.decoder.forward(self.cache, embeds, positions, slots, mask)
+        decoder = self.decoder.eager if eager else self.decoder
+        return decoder.forward(self.cache, embeds, positions, slots, mask)
 
     @property
     def _span(self) -> int:
@@ -454,8 +462,7 @@ class DecodingSession:
         if self.decoder.reads_span_only:
             allowed = allowed[..., :length]
         positions = slots - prefix.pad[:, None] if prefix.positions is None else prefix.positions[:, :length]
-        with torch.compiler.set_stance("force_eager"):  # one prefill per prompt length: not worth compiling
-            hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions)
+        hidden = self._forward(self.adapter.embed_tokens(ids), slots, allowed, positions, eager=True)
         self.filled[:, :length] = shown
         if counted:
             self.count += 1

@@ -127,6 +127,10 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
 
     from ..builtin import load_model
 
+    if config.images < Processes.launched():  # checked before any process waits for the others
+        raise ValueError(
+            f"--images {config.images}: at least one per process ({Processes.launched()} processes)"
+        )
     processes = Processes.from_environment(config.device)
     device = processes.device(config.device)
     pipe = load_model(config.base, device=device, dtype="float32")
@@ -144,21 +148,16 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
     if processes.main:
         run.log({"images": len(prompts), "sequences": sequences, "minutes_data": run.minutes})
     drafter, loss, parts = fit_drafter(pipe, hidden, codes, config, run, processes)
+    processes.finish()  # before the first process saves, which can outlast a collective's time-out
+    if not processes.main:
+        return run.out / "pipeline"
     run.check_finite(drafter)
-    if processes.main:
-        drafter.save_pretrained(run.out / "drafter")
-        pipe.register_modules(drafter=drafter)
-        pipe.save_pretrained(run.out / "pipeline")
-        (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
-        metrics = {
-            "steps": run.step,
-            "minutes": run.minutes,
-            "processes": processes.count,
-            "loss": loss,
-            **parts,
-        }
-        (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    processes.finish()
+    drafter.save_pretrained(run.out / "drafter")
+    pipe.register_modules(drafter=drafter)
+    pipe.save_pretrained(run.out / "pipeline")
+    (run.out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+    metrics = {"steps": run.step, "minutes": run.minutes, "processes": processes.count, "loss": loss, **parts}
+    (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return run.out / "pipeline"
 
 
@@ -178,14 +177,15 @@ def fit_drafter(
     pipe.model.requires_grad_(False)
     drafter = Drafter.for_adapter(
         adapter, intermediate_size=config.intermediate_size or None, num_attention_heads=config.heads
-    ).to(pipe.device)  # the same weights in every process: `TrainingRun` seeded torch alike
+    ).to(pipe.device)
+    processes.same_start(drafter)
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     order = np.random.default_rng(config.seed + 1_000_003 * processes.rank)
     loss, parts = torch.zeros(()), {}
-    for step in processes.steps(run.steps(), str(pipe.device)):
+    for step, seconds in processes.steps(run, str(pipe.device)):
         for group in optimizer.param_groups:
-            group["lr"] = warmup_cosine(config, step, run.seconds)
+            group["lr"] = warmup_cosine(config, step, seconds)
         index = torch.from_numpy(order.integers(0, len(codes), config.batch_size))
         batch_hidden = hidden[index].to(pipe.device, torch.float32)
         loss, parts = drafter_loss(

@@ -202,10 +202,10 @@ def train_sjd2(config: SJD2TrainConfig) -> Path:
     processes = Processes(
         accelerator.process_index, accelerator.num_processes, accelerator.local_process_index
     )
-    for step in processes.steps(run.steps(), str(accelerator.device)):
+    for step, seconds in processes.steps(run, str(accelerator.device)):
         index = order_rng.integers(0, len(data), config.batch_size)
         prefix, codes, preview = data.batch(index, grid)
-        scale = warmup_cosine(config, step, run.seconds) / config.lr if config.lr > 0 else 0.0
+        scale = warmup_cosine(config, step, seconds) / config.lr if config.lr > 0 else 0.0
         for group, base_lr in zip(optimizer.param_groups, (config.lr, config.noise_lr), strict=True):
             group["lr"] = base_lr * scale
         with accelerator.autocast():
