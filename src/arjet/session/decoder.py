@@ -248,11 +248,10 @@ class LlamaStackDecoder:
         self.sandwich_norm = sandwich_norm
         self.mrope_section = None if mrope_section is None else tuple(mrope_section)
         config = backbone.config
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
         first = backbone.layers[0].self_attn
-        self.head_dim = first.head_dim
-        self.scaling = first.scaling
+        self.heads = _Heads(
+            config.num_attention_heads, config.num_key_value_heads, first.head_dim, first.scaling
+        )
         linears = [
             (
                 layer.self_attn.q_proj,
@@ -310,7 +309,7 @@ class LlamaStackDecoder:
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         weight = self.layers[0].o.weight
-        shape = (len(self.layers), rows, self.num_kv_heads, capacity, self.head_dim)
+        shape = (len(self.layers), rows, self.heads.kv_heads, capacity, self.heads.head_dim)
         keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
         positions = torch.arange(capacity, device=weight.device)[None]
         with torch.no_grad():
@@ -345,18 +344,14 @@ class LlamaStackDecoder:
         """`parts`: the layer's two parts around its attention (`CompiledDecoder` passes compiled ones)."""
         rows, m, _ = embeds.shape
         cos, sin = cache.rotary(positions)  # [rows, 1, m, rotary dims]
-        index = slots[:, None, :, None].expand(rows, self.num_kv_heads, m, self.head_dim)
         heads, parts = self.heads, parts or EAGER_PARTS
+        index = slots[:, None, :, None].expand(rows, heads.kv_heads, m, heads.head_dim)
         x = embeds
         for i, layer in enumerate(self.layers):
             q, k, v = parts.attention_inputs(heads, layer, x, cos, sin)
             attended = _attend(heads, cache.keys[i], cache.values[i], index, q, k, v, mask)
             x = parts.block_outputs(layer, x, attended)
         return _rms_norm(self.norm, x)
-
-    @property
-    def heads(self) -> _Heads:
-        return _Heads(self.num_heads, self.num_kv_heads, self.head_dim, self.scaling)
 
 
 @dataclass(frozen=True)
