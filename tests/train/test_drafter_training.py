@@ -117,7 +117,8 @@ def test_two_processes_share_the_images_and_stop_together(tmp_path):
     from ports import free_port
 
     _base(tmp_path, "emu3")
-    context, port = multiprocessing.get_context("fork"), free_port()
+    # spawned, not forked: a fork of a process that has run autograd (an earlier test) cannot use it
+    context, port = multiprocessing.get_context("spawn"), free_port()
     results = context.Queue()
     workers = [context.Process(target=_train_in_process, args=(r, port, tmp_path, results)) for r in range(2)]
     for worker in workers:
