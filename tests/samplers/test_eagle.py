@@ -4,7 +4,7 @@ forms guarantee (exactness lives in `test_lossless.py`)."""
 import pytest
 import torch
 
-from arjet.samplers import SJD, SJDPAC, Eagle, Exact, Lantern, get, options
+from arjet.samplers import SJD, SJDPAC, Eagle, Eagle2, Exact, Lantern, get, options
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 PROMPT = "a red circle left of a blue square"
@@ -24,9 +24,10 @@ def _codes(pipe, sampler, seeds=(0, 1, 2, 3, 4, 5)):
 
 def test_the_registry_builds_each_form():
     assert get("eagle") == Eagle() and get("eagle").acceptance == Exact()
-    chain = get("lantern:drafter=true,window=5,delta=0.2")
-    assert isinstance(chain, Eagle) and (chain.window, chain.tree_width, chain.tree_depth) == (5, 1, 1)
-    assert chain.acceptance == Lantern(delta=0.2)
+    assert get("eagle2") == Eagle2() and get("eagle2").acceptance == Exact()
+    dynamic = get("lantern:drafter=true,tree_width=3,expand=2,delta=0.2")
+    assert isinstance(dynamic, Eagle2) and (dynamic.tree_width, dynamic.expand) == (3, 2)
+    assert dynamic.tree_depth == Eagle2().tree_depth and dynamic.acceptance == Lantern(delta=0.2)
     assert isinstance(get("lantern"), SJD)
     tree = get("lantern++:drafter=true,lam=5,k=10")
     assert (
@@ -44,12 +45,27 @@ def test_jacobi_options_are_refused_with_a_drafter():
         get("lantern++:drafter=true,init=repeat_vertical")
 
 
+def test_options_of_the_other_form_are_refused():
+    with pytest.raises(ValueError, match="window applies to Jacobi drafts; lantern with drafter=true"):
+        get("lantern:drafter=true,window=5")
+    with pytest.raises(
+        ValueError, match="expand shapes a drafter's tree; lantern takes it with drafter=true"
+    ):
+        get("lantern:expand=2")
+
+
+def test_a_dynamic_tree_expands_no_more_nodes_than_the_root_has_children():
+    with pytest.raises(ValueError, match="expand=4 is more than the root's tree_width=2 children"):
+        get("eagle2:tree_width=2,expand=4")
+    assert get("eagle2:tree_width=2,expand=4,tree_depth=2").expand == 4  # no level is expanded
+
+
 def test_a_tree_larger_than_the_window_is_refused():
     with pytest.raises(ValueError, match="tree of 13 nodes, more than window=8"):
         get("eagle:window=8")
 
 
-@pytest.mark.parametrize("sampler", ["eagle", "lantern:drafter=true", "lantern++:drafter=true"])
+@pytest.mark.parametrize("sampler", ["eagle", "eagle2", "lantern:drafter=true", "lantern++:drafter=true"])
 def test_a_pipeline_without_a_drafter_refuses_in_one_line_before_any_model_work(sampler, monkeypatch):
     pipe = tiny_pipeline("janus", grid=(2, 2))
     monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("model work before the check"))
@@ -58,9 +74,13 @@ def test_a_pipeline_without_a_drafter_refuses_in_one_line_before_any_model_work(
     assert "\n" not in str(error.value)
 
 
-def test_an_image_decodes_alone_as_in_a_batch(drafted):
-    """Each image has its own random streams, and the drafter's rows are its own."""
-    sampler = Eagle(window=8, tree_width=2, tree_depth=2)
+@pytest.mark.parametrize(
+    "sampler",
+    [Eagle(window=8, tree_width=2, tree_depth=2), Eagle2(tree_width=3, expand=2, tree_depth=4)],
+    ids=["eagle", "eagle2"],
+)
+def test_an_image_decodes_alone_as_in_a_batch(drafted, sampler):
+    """Each image has its own random streams, and the drafter's rows (and tree) are its own."""
     batch, _ = _codes(drafted, sampler)
     singles = [_codes(drafted, sampler, seeds=(seed,))[0] for seed in range(6)]
     assert torch.equal(torch.cat(singles), batch)
@@ -75,8 +95,9 @@ def test_relaxed_forms_that_claim_nothing_are_eagle(drafted):
         "lantern++:drafter=true,window=8,tree_width=2,tree_depth=2,delta=0",
     ):
         assert torch.equal(_codes(drafted, spec)[0], exact), spec
-    chain, _ = _codes(drafted, Eagle(window=4, tree_width=1, tree_depth=1))
-    assert torch.equal(_codes(drafted, "lantern:drafter=true,window=4,delta=0")[0], chain)
+    dynamic, _ = _codes(drafted, Eagle2(tree_width=3, expand=2, tree_depth=4))
+    spec = "lantern:drafter=true,tree_width=3,expand=2,tree_depth=4,delta=0"
+    assert torch.equal(_codes(drafted, spec)[0], dynamic)
 
 
 def test_the_training_free_form_that_claims_nothing_is_sjd_pac(drafted):
@@ -94,6 +115,25 @@ def test_relaxing_accepts_more_codes_per_forward(drafted):
     passes = [sum(s.forward_passes for s in stats) for stats in (exact, relaxed)]
     assert passes[1] < passes[0]
     assert ((relaxed_codes >= 0) & (relaxed_codes < 8)).all()
+
+
+def test_relaxing_the_dynamic_tree_accepts_more_codes_per_forward(drafted):
+    exact = _codes(drafted, Eagle2(tree_width=2, expand=2, tree_depth=4), seeds=range(24))[1]
+    relaxed_codes, relaxed = _codes(
+        drafted, "lantern:drafter=true,tree_width=2,expand=2,tree_depth=4,delta=0.5,k=7", seeds=range(24)
+    )
+    passes = [sum(s.forward_passes for s in stats) for stats in (exact, relaxed)]
+    assert passes[1] < passes[0]
+    assert ((relaxed_codes >= 0) & (relaxed_codes < 8)).all()
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+def test_eagle2_runs_its_drafter_once_per_tree_level(drafted, depth):
+    """Per image: one catch-up and `depth - 2` tree levels before every tree the target verifies (its
+    forwards less the prefill); after the last, the catch-up alone."""
+    _, stats = _codes(drafted, Eagle2(tree_width=2, expand=2, tree_depth=depth), seeds=(0, 1))
+    for image in stats:
+        assert image.extra["drafter_forwards"] == (depth - 1) * (image.forward_passes - 1) + 1
 
 
 def test_stats_count_the_drafter_forwards(drafted):

@@ -60,7 +60,10 @@ TINY_SPECS = [
     ("eagle:window=8,tree_width=2", "greedy"),
     ("lantern++", "cfg"),
     ("lantern++:drafter=true,k=4,lam=2", "cfg"),
-    ("lantern:drafter=true,window=4,k=4,delta=0.3", "cfg"),
+    ("lantern:drafter=true,tree_width=3,expand=2,tree_depth=4,k=4,delta=0.3", "cfg"),
+    ("eagle2", "cfg"),
+    ("eagle2:tree_width=2,expand=2,tree_depth=3", "top_p"),
+    ("eagle2:tree_width=3,expand=1,tree_depth=4", "greedy"),
 ]
 BUILTIN_SPECS = {
     "shapes": ["ar", "sjd", "mc-sjd", "sjd-pac", "zipar", "zipar+sjd", "lantern", "lantern:bound=tv"],

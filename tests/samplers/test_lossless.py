@@ -17,6 +17,7 @@ from arjet.samplers import (
     SJDPAC,
     AcceptanceRule,
     Eagle,
+    Eagle2,
     Lantern,
     LogitsPolicy,
     ZipAR,
@@ -25,6 +26,7 @@ from arjet.samplers import (
     speculative,
 )
 from arjet.samplers import drafts as drafts_module
+from arjet.samplers import eagle2 as eagle2_module
 from arjet.samplers.random import sample as sampler_sample
 from arjet.samplers.sjd_pac import tree_nodes
 from arjet.testing import tiny_drafter, tiny_pipeline
@@ -440,3 +442,71 @@ def test_negative_control_eagle_drafts_not_from_their_proposal_is_rejected(monke
     drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
     codes = _draw(drafted, Eagle(window=4, tree_width=2, tree_depth=2), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+# -- eagle2: a drafter's dynamic tree, each node with its own proposal ----------------------------------------
+EAGLE2_TREES = [(2, 1, 3), (2, 2, 3), (3, 2, 4)]  # (tree_width, expand, tree_depth)
+
+
+@pytest.mark.parametrize(
+    ("width", "expand", "depth"), EAGLE2_TREES, ids=[f"K{k}-M{m}-D{d}" for k, m, d in EAGLE2_TREES]
+)
+def test_eagle2_is_lossless_in_a_batch(family, width, expand, depth):
+    pipe, exact = _drafted(family)
+    sampler = Eagle2(tree_width=width, expand=expand, tree_depth=depth)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+def test_eagle2_is_lossless_where_the_controls_are_not():
+    _, exact = _one_tree_setup(NO_TOP_K)
+    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    codes = _draw(drafted, Eagle2(tree_width=2, expand=1, tree_depth=3), samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) > ALPHA
+
+
+_DRAW_CHILDREN = eagle2_module._draw_children
+
+
+def _children_by_confidence(q, u):
+    """EAGLE-2's order: the drawn children sorted by the drafter's probability, most likely first, while the
+    rule still takes them for draws in that order."""
+    children = _DRAW_CHILDREN(q, u)
+    order = q.gather(-1, children).argsort(dim=-1, descending=True, stable=True)
+    return children.gather(-1, order)
+
+
+def test_negative_control_eagle2_children_in_confidence_order_are_rejected(monkeypatch):
+    monkeypatch.setattr(eagle2_module, "_draw_children", _children_by_confidence)
+    _, exact = _one_tree_setup(NO_TOP_K)
+    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    codes = _draw(drafted, Eagle2(tree_width=2, expand=1, tree_depth=3), samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+def test_eagle2_with_the_drafters_top_codes_is_lossless(family):
+    """Children fixed as the drafter's most likely codes, each verified as a point mass."""
+    pipe, exact = _drafted(family)
+    sampler = Eagle2(tree_width=2, expand=2, tree_depth=3, children="top")
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+def test_negative_control_eagle2_top_codes_verified_as_draws_are_rejected():
+    """The drafter's top codes verified as if drawn from its proposal (`min(1, p/q)`), as EAGLE-2's sampling
+    path does: not exact."""
+    _, exact = _one_tree_setup(NO_TOP_K)
+    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    sampler = Eagle2(tree_width=2, expand=1, tree_depth=3, children="top")
+    stepper = eagle2_module.DynamicTreeStepper
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stepper, "__init__", _as_draws(stepper.__init__))
+        codes = _draw(drafted, sampler, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+def _as_draws(init):
+    def wrapped(self, sampler, decode):
+        init(self, sampler, decode)
+        self._children = lambda q, u: q.topk(self.shape.width, dim=-1).indices
+        self.top = False  # verified as draws from q
+
+    return wrapped

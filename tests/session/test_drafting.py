@@ -56,6 +56,46 @@ def test_a_stale_draft_is_overwritten_not_read(family):
     assert torch.allclose(one, two, atol=1e-5)
 
 
+def test_tree_nodes_see_the_committed_cells_their_ancestors_and_themselves(family):
+    """Branch slots: a level-2 node computes what teacher forcing of its own path does (committed pairs,
+    its parent, itself), whatever its sibling branches hold and whatever stale pairs sit past the committed
+    cells."""
+    pipe = tiny_drafter(tiny_pipeline(family, grid=(3, 3)), fc_scale=2.0)
+    session = _session(pipe, guidance(family))
+    cache = DraftingCache(session, branches=4)
+    torch.manual_seed(2)
+    hidden = torch.randn(session.rows, 8, pipe.drafter.config.hidden_size)
+    codes = torch.randint(0, session.vocab_size, (1, 8))
+    cache.forward(hidden[:, :5], codes[:, :5], torch.tensor([[0, 1, 2, 3, 4]]))  # cells 3, 4: stale drafts
+    committed = torch.tensor([3])
+    cache.forward(hidden[:, :3], codes[:, :3], torch.tensor([[0, 1, 2]]))
+    kwargs = dict(committed=committed, counted=torch.tensor([True]))
+    # level 1: two siblings at cell 3 in branch slots 0 and 1; level 2: a child of slot 1 at cell 4
+    cache.forward_branches(
+        hidden[:, 5:7],
+        codes[:, 5:7],
+        torch.tensor([[3, 3]]),
+        branch=torch.tensor([[0, 1]]),
+        ancestors=torch.full((1, 2, 0), -1),
+        **kwargs,
+    )
+    child, _ = cache.forward_branches(
+        hidden[:, 7:8],
+        codes[:, 7:8],
+        torch.tensor([[4]]),
+        branch=torch.tensor([[2]]),
+        ancestors=torch.tensor([[[1]]]),
+        **kwargs,
+    )
+    path = [0, 1, 2, 6, 7]
+    embeds = session.both_halves(session.code_embeddings()[codes[:, path]])
+    with torch.no_grad():
+        forced = pipe.drafter(embeds, hidden[:, path])
+    expected = session.guide(session.adapter.code_logits(forced).float())[:, -1:]
+    assert torch.allclose(child, expected, atol=1e-4)
+    assert session.drafter_passes.tolist() == [4]  # two catch-ups and two tree levels, each counted once
+
+
 def test_a_session_without_a_drafter_is_refused():
     pipe = tiny_pipeline("emu3", grid=(3, 3))
     with pytest.raises(ValueError, match="no drafter"):

@@ -70,6 +70,32 @@ def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
     assert drafter.fc.weight.grad is not None and drafter.fc.weight.grad.abs().sum() > 0
 
 
+def test_the_guided_loss_compares_the_cfg_mixed_distributions():
+    """With a guidance scale the next-code loss is the cross-entropy between the mixed distributions of each
+    image's two rows (what decoding draws from), not the mean over the rows' own."""
+    from arjet.session.drafter import Drafter
+
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0)
+    adapter = pipe.session_adapter()
+    hidden, codes = distill(pipe, PROMPTS[:2], DrafterTrainConfig(data_batch=2, data_sampler="ar"))
+    assert hidden.shape[0] == 4  # two rows an image, side by side
+    drafter = Drafter.for_adapter(adapter)
+    hidden = hidden.float()
+    _, guided = drafter_loss(drafter, adapter, hidden, codes, 0.1, guidance_scale=3.0)
+    _, rows = drafter_loss(drafter, adapter, hidden, codes, 0.1)
+
+    def mixed(states):
+        cond, uncond = adapter.code_logits(states).float().view(2, 2, *states.shape[1:-1], -1).unbind(1)
+        return uncond + 3.0 * (cond - uncond)
+
+    with torch.no_grad():
+        predicted = drafter(adapter.embed_codes(codes), hidden)[:, :-1]
+        target = mixed(hidden[:, 1:]).softmax(-1)
+        expected = -(target * mixed(predicted).log_softmax(-1)).sum(-1).mean()
+    assert guided["p_loss"] == pytest.approx(expected.item(), rel=1e-5)
+    assert guided["p_loss"] != pytest.approx(rows["p_loss"], rel=1e-3)
+
+
 def test_prompt_sets_read_text_json_coco_and_jsonl(tmp_path):
     (tmp_path / "p.txt").write_text("a\n\nb\n")
     (tmp_path / "p.json").write_text(json.dumps(["a", "b"]))

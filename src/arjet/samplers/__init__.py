@@ -5,7 +5,7 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`,
-`sjd_pac.py`, `eagle.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the maths they share in `speculative.py` (verify,
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the maths they share in `speculative.py` (verify,
 resample, couple, the window step) and `drafts.py` (initial guesses), the contract in `base.py` (what a
 sampler declares) and `decoding.py` (what `run(decode)` receives), options in `options.py`, names in
 `registry.py`.
@@ -18,6 +18,7 @@ from .base import Part, Sampler, requirements
 from .decoding import Decode, DecodeStats, DecodeTrace, Interrupted, Stepper
 from .drafts import INIT_SCHEMES
 from .eagle import Eagle
+from .eagle2 import Eagle2
 from .lantern import BOUNDS, Lantern
 from .options import MAX_SIZE, Option, option, options_of, parse_options
 from .policy import LogitsPolicy, LogitsProcessor, SamplingOptions, Temperature, TopK, TopP
@@ -41,6 +42,7 @@ __all__ = [
     "AcceptanceRule",
     "Decode",
     "Eagle",
+    "Eagle2",
     "DecodeStats",
     "DecodeTrace",
     "Exact",

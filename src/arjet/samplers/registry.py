@@ -16,6 +16,7 @@ from typing import Any
 from .ar import AR
 from .base import Sampler
 from .eagle import Eagle
+from .eagle2 import Eagle2
 from .lantern import Lantern
 from .options import MAX_SIZE, Option, options_of, parse_options
 from .sjd import SJD
@@ -128,19 +129,27 @@ def _default(part: type, name: str) -> Any:
     return next(option.default for option in options_of(part) if option.name == name)
 
 
-def _drafter_form(name: str, options: dict[str, Any], jacobi: type) -> None:
-    """Refuse Jacobi-draft options set away from their defaults together with `drafter=true`."""
-    for key in _JACOBI_ONLY:
+def _drafter_form(name: str, options: dict[str, Any], jacobi: type, also: tuple[str, ...] = ()) -> None:
+    """Refuse Jacobi-draft options (and `also`) set away from their defaults together with `drafter=true`."""
+    for key in (*_JACOBI_ONLY, *also):
         if key in options and options[key] != _default(jacobi, key):
             raise ValueError(f"{key} applies to Jacobi drafts; {name} with drafter=true takes no {key}")
 
 
-def _lantern(drafter: bool = False, **options: Any) -> SJD | Eagle:
-    """LANTERN's relaxed rule over SJD's Jacobi drafts, or with `drafter` over a drafter's chain."""
-    rule, sjd = _split(options, Lantern)
+_TREE_ONLY = tuple(option.name for option in options_of(Eagle2))
+
+
+def _lantern(drafter: bool = False, **options: Any) -> SJD | Eagle2:
+    """LANTERN's relaxed rule over SJD's Jacobi drafts, or with `drafter` over a drafter's dynamic tree (as
+    the paper, which drafts EAGLE-2's)."""
+    rule, rest = _split(options, Lantern)
+    tree, sjd = _split(rest, Eagle2)
     if drafter:
-        _drafter_form("lantern", sjd, SJD)
-        return Eagle(window=sjd["window"], tree_width=1, tree_depth=1, acceptance=Lantern(**rule))
+        _drafter_form("lantern", sjd, SJD, also=("window",))
+        return Eagle2(acceptance=Lantern(**rule), **tree)
+    for key in _TREE_ONLY:
+        if key in tree and tree[key] != _default(Eagle2, key):
+            raise ValueError(f"{key} shapes a drafter's tree; lantern takes it with drafter=true only")
     return SJD(acceptance=Lantern(**rule), **sjd)
 
 
@@ -180,9 +189,14 @@ def _zipar_lantern(**options: Any) -> ZipAR:
 register("ar", AR, ())
 register("sjd", _sjd, (*options_of(SJD), ACCEPTANCE))
 register("mc-sjd", _mc_sjd, (*options_of(SJD, frozenset({"coupling"})), ACCEPTANCE))
-register("lantern", _lantern, (*options_of(Lantern), *options_of(SJD), DRAFTER))
+register(
+    "lantern",
+    _lantern,
+    (*options_of(Lantern), *options_of(SJD), DRAFTER, *options_of(Eagle2)),
+)
 register("sjd-pac", SJDPAC, options_of(SJDPAC))
 register("eagle", Eagle, options_of(Eagle))
+register("eagle2", Eagle2, options_of(Eagle2))
 register(
     "lantern++",
     _lantern_pp,

@@ -456,15 +456,18 @@ def verify_siblings(
     *,
     rule: AcceptanceRule | None = None,
     context: RuleContext | None = None,
+    point_masses: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
     drawn without replacement, see `sibling_proposal`) against `target [..., V]`, uniforms `u [..., K]`.
     Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
     t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
     (what the depth draws from when none passed); the committed code is then distributed exactly as
-    `target`. A relaxed `rule` (LANTERN) verifies each candidate against its own relaxed target `t~_k(x)`
-    and continues from that target's residual (`AcceptanceRule.verify`); the code is then within the rule's
-    bound of `target`, not exact."""
+    `target`. With `point_masses` the candidates are distinct fixed codes (not draws, e.g. the drafter's
+    most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
+    `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
+    relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
+    is then within the rule's bound of `target`, not exact."""
     rule = rule or Exact()
     context = context or RuleContext()
     drawn = torch.zeros_like(q, dtype=torch.bool)
@@ -472,7 +475,10 @@ def verify_siblings(
     found = torch.zeros_like(rank, dtype=torch.bool)
     for k in range(candidates.shape[-1]):
         code = candidates[..., k]
-        proposal = q if k == 0 else sibling_proposal(q, drawn)
+        if point_masses:
+            proposal = _marked(torch.zeros_like(drawn), code).to(q.dtype)
+        else:
+            proposal = q if k == 0 else sibling_proposal(q, drawn)
         t_x, rest = rule.verify(target, proposal, code, context)
         q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
         ok = ~found & (u[..., k] * q_x < t_x)

@@ -175,6 +175,28 @@ def verify(
     return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)))
 
 
+def settle(
+    p: torch.Tensor, path: torch.Tensor, *, valid: torch.Tensor, verdict: Verdict, u_draw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Resample and commit after `verdict` on the drafts `path [..., L - 1]`: the failed position draws from
+    `verdict.rest`; if every usable draft passed, the next position gives a bonus code from `p [..., L, V]`
+    where it is valid (`valid [..., L]`); `u_draw [..., L]`. Returns `(advanced [...], committed [..., L],
+    codes [..., L])`: cells committed, the window positions committed, and their codes."""
+    window = p.shape[-2]
+    positions = torch.arange(window, device=p.device)
+    accepted, rejected = verdict.accepted, verdict.rejected
+    at = accepted.clamp(max=window - 1)
+    token_valid = rejected | valid.gather(-1, at[..., None]).squeeze(-1)
+    dist = torch.where(rejected[..., None], verdict.rest, _take(p, at))
+    token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
+    padded = torch.cat([path, path.new_zeros(*path.shape[:-1], 1)], -1)
+    codes = torch.where(positions == accepted[..., None], token[..., None], padded)
+    committed = (positions < accepted[..., None]) | (
+        (positions == accepted[..., None]) & token_valid[..., None]
+    )
+    return accepted + token_valid.long(), committed, codes
+
+
 def conclude(
     p: torch.Tensor,
     drafts: Drafts,
@@ -185,24 +207,12 @@ def conclude(
     coupling: bool,
     carry_limit: torch.Tensor,
 ) -> JacobiOutcome:
-    """Resample, commit and redraft after `verdict`: the failed position draws from `verdict.rest`; if every
-    usable draft passed, the next position gives a bonus code from `p` where `p` is valid there; every later
-    position's sample from `p` (coupled with its old draft when `coupling`) becomes the next draft of its cell.
-    Shapes as `jacobi_step`."""
+    """`settle`, then redraft: every position after the committed ones gives its sample from `p` (coupled
+    with its old draft when `coupling`) as the next draft of its cell. Shapes as `jacobi_step`."""
     window = p.shape[-2]
     slots = window - 1
     positions = torch.arange(window, device=p.device)
-    accepted, rejected = verdict.accepted, verdict.rejected
-    at = accepted.clamp(max=window - 1)
-    token_valid = rejected | valid.gather(-1, at[..., None]).squeeze(-1)
-    dist = torch.where(rejected[..., None], verdict.rest, _take(p, at))
-    token = sample(dist, uniforms.draw.gather(-1, at[..., None]).squeeze(-1))
-    padded = torch.cat([drafts.codes, drafts.codes.new_zeros(*drafts.codes.shape[:-1], 1)], -1)
-    codes = torch.where(positions == accepted[..., None], token[..., None], padded)
-    committed = (positions < accepted[..., None]) | (
-        (positions == accepted[..., None]) & token_valid[..., None]
-    )
-    advanced = accepted + token_valid.long()
+    advanced, committed, codes = settle(p, drafts.codes, valid=valid, verdict=verdict, u_draw=uniforms.draw)
 
     samples = sample(p, uniforms.draw)
     if coupling and slots:
@@ -220,7 +230,7 @@ def conclude(
     next_drafts = torch.where(carried, samples.gather(-1, source), drafts.codes)
     carried_q = p.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
     next_proposals = torch.where(carried[..., None], carried_q, drafts.proposals)
-    return JacobiOutcome(advanced, committed, codes, accepted, next_drafts, next_proposals, carried)
+    return JacobiOutcome(advanced, committed, codes, verdict.accepted, next_drafts, next_proposals, carried)
 
 
 def jacobi_step(

@@ -22,34 +22,77 @@ from .session import DecodingSession
 
 
 class DraftingCache:
-    """The drafter of `session` (`session.drafter`) over a cache of the session's cells, one row per CFG row."""
+    """The drafter of `session` (`session.drafter`) over a cache of the session's cells, one row per CFG row,
+    with `branches` more slots for the nodes of a draft tree (`forward_branches`)."""
 
-    def __init__(self, session: DecodingSession):
+    def __init__(self, session: DecodingSession, branches: int = 0):
         drafter = session.drafter
         if drafter is None:
             raise ValueError("this session has no drafter (the capability 'drafter')")
         self.session, self.drafter = session, drafter
         self.stack = drafter.stack()
         self.scratch = session.num_cells
-        self.cache = self.stack.new_cache(session.rows, session.num_cells + 1)
-        self._keys = torch.arange(session.num_cells + 1, device=session.device)
+        self.branch_base = session.num_cells + 1
+        size = self.branch_base + branches
+        self.cache = self.stack.new_cache(session.rows, size)
+        self._keys = torch.arange(size, device=session.device)
 
-    @torch.inference_mode()
     def forward(
         self, hidden: torch.Tensor, codes: torch.Tensor, cells: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the pairs `(hidden [rows, m, d], codes [B, m])` at cells `[B, m]` (`-1` or past the image: not
         kept); returns the guided next-code logits `[B, m, V]` (float32) and the drafter's outputs
         `[rows, m, d]` (the hidden states a chain feeds next)."""
-        session = self.session
         inside = (cells >= 0) & (cells < self.scratch)
-        session.drafter_passes += inside.any(1).long()
-        slots = session.both_halves(torch.where(inside, cells, self.scratch))
-        embeds = session.both_halves(session.code_embeddings()[codes.clamp(min=0)])
-        allowed = self._keys[None, None, :] <= slots[..., None]  # [rows, m, slots]
+        slots = torch.where(inside, cells, self.scratch)
+        allowed = self._keys[None, None, :] <= slots[..., None]  # [B, m, slots]
+        return self._run(hidden, codes, slots, slots, allowed, counted=inside.any(1))
+
+    def forward_branches(
+        self,
+        hidden: torch.Tensor,
+        codes: torch.Tensor,
+        cells: torch.Tensor,
+        *,
+        branch: torch.Tensor,
+        ancestors: torch.Tensor,
+        committed: torch.Tensor,
+        counted: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run tree nodes: the pairs `(hidden [rows, m, d], codes [B, m])` at the positions of cells `[B, m]`,
+        written to branch slots `branch [B, m]` (`0 <= b < branches`). Each sees the cells before
+        `committed [B]` (the pairs a catch-up wrote), the branch slots `ancestors [B, m, A]` (`-1`: none) and
+        itself. `counted [B]` bool: the images whose drafter forward this is. Returns as `forward`."""
+        slots = self.branch_base + branch
+        keys = self._keys[None, None, :]
+        seen = torch.where(ancestors >= 0, self.branch_base + ancestors, -1)
+        allowed = (
+            (keys < committed[:, None, None])
+            | (keys == slots[..., None])
+            | (keys[..., None] == seen[:, :, None, :]).any(-1)
+        )
+        return self._run(hidden, codes, cells.clamp(min=0), slots, allowed, counted=counted)
+
+    @torch.inference_mode()
+    def _run(
+        self,
+        hidden: torch.Tensor,
+        codes: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        allowed: torch.Tensor,
+        *,
+        counted: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        session = self.session
+        session.drafter_passes += counted.long()
+        rows = session.both_halves
+        embeds = rows(session.code_embeddings()[codes.clamp(min=0)])
         dtype = self.drafter.fc.weight.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=session.device)
-        mask = mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
-        out = self.stack.forward(self.cache, self.drafter.fuse(embeds, hidden), slots, slots, mask)
+        mask = torch.zeros(rows(allowed).shape, dtype=dtype, device=session.device)
+        mask = mask.masked_fill_(~rows(allowed), torch.finfo(dtype).min)[:, None]
+        out = self.stack.forward(
+            self.cache, self.drafter.fuse(embeds, hidden), rows(positions), rows(slots), mask
+        )
         logits = session.guide(session.adapter.code_logits(out.to(hidden.dtype)).float())
         return logits, out

@@ -266,6 +266,11 @@ class DrafterTrainConfig:
     min_lr: float = rate(1e-4, "below lr: cosine decay to it", zero=True)
     warmup_steps: int = option(50, "steps of linear warm-up")
     p_weight: float = option(0.1, "weight of the next-code loss (EAGLE's 0.1) beside the hidden-state loss")
+    guided: bool = option(
+        True,
+        "fit the next-code loss on the CFG-mixed distribution that decoding draws from (each image's two "
+        "rows together), not on each row's own; only for a model with guidance",
+    )
     max_steps: int = max_steps(3000)
     max_minutes: float = max_minutes(30.0)
     device: str = device()

@@ -9,7 +9,9 @@
 2. Training: every CFG row is a sequence of pairs `(h_c, x_c)` (the hidden state that predicted cell `c`,
    the code of cell `c`); the drafter's output at `c` is fitted to `h_{c+1}` with EAGLE's loss,
    `SmoothL1(h^, h) + p_weight * CE(softmax(head(h)), head(h^))` over the whole code vocabulary, the
-   model's code head and code embeddings frozen. AdamW, warm-up and cosine decay, within `max_steps` and
+   model's code head and code embeddings frozen. For a guided model (`guided`, the default) the
+   cross-entropy compares the CFG-mixed distributions of an image's two rows, which is what decoding
+   draws from and verifies against. AdamW, warm-up and cosine decay, within `max_steps` and
    `max_minutes`.
 
 The result is the base pipeline with its `drafter` component (`out/pipeline`) and the drafter alone
@@ -106,20 +108,39 @@ def image_seeds(config: DrafterTrainConfig, places: Iterable[int]) -> list[int]:
 
 
 def drafter_loss(
-    drafter: Drafter, adapter, hidden: torch.Tensor, codes: torch.Tensor, p_weight: float
+    drafter: Drafter,
+    adapter,
+    hidden: torch.Tensor,
+    codes: torch.Tensor,
+    p_weight: float,
+    guidance_scale: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts."""
+    """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts. With
+    `guidance_scale` the sequences are images' CFG rows in pairs (conditional, unconditional) and the
+    next-code loss compares the mixed distributions `u + s * (c - u)`, the ones decoding draws from (an
+    error in either row's logits is amplified by the scale there)."""
     with torch.no_grad():
         embeds = adapter.embed_codes(codes)
         target = hidden[:, 1:]
-        target_p = adapter.code_logits(target.to(embeds.dtype)).float().softmax(-1)
+        target_logits = _guided(adapter.code_logits(target.to(embeds.dtype)).float(), guidance_scale)
+        target_p = target_logits.softmax(-1)
     predicted = drafter(embeds, hidden)[:, :-1]
     v_loss = F.smooth_l1_loss(predicted.float(), target.float())
-    log_q = adapter.code_logits(predicted.to(embeds.dtype)).float().log_softmax(-1)
+    logits = _guided(adapter.code_logits(predicted.to(embeds.dtype)).float(), guidance_scale)
+    log_q = logits.log_softmax(-1)
     p_loss = -(target_p * log_q).sum(-1).mean()
     agree = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
     loss = v_loss + p_weight * p_loss
     return loss, {"v_loss": v_loss.item(), "p_loss": p_loss.item(), "top1": agree.item()}
+
+
+def _guided(logits: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """Per-row logits `[2b, ...]` (pairs of rows) mixed per pair with the guidance `scale`; as they are
+    without one."""
+    if scale is None:
+        return logits
+    cond, uncond = logits.view(-1, 2, *logits.shape[1:]).unbind(1)
+    return uncond + scale * (cond - uncond)
 
 
 def train_drafter(config: DrafterTrainConfig) -> Path:
@@ -182,14 +203,18 @@ def fit_drafter(
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     order = np.random.default_rng(config.seed + 1_000_003 * processes.rank)
+    scale = pipe.checkpoint_guidance_scale()
+    guidance = scale if config.guided and scale != 1 else None
+    pair = 2 if guidance is not None else 1  # `distill` keeps an image's two CFG rows side by side
     loss, parts = torch.zeros(()), {}
     for step, seconds in processes.steps(run, str(pipe.device)):
         for group in optimizer.param_groups:
             group["lr"] = warmup_cosine(config, step, seconds)
-        index = torch.from_numpy(order.integers(0, len(codes), config.batch_size))
+        first = order.integers(0, len(codes) // pair, max(1, config.batch_size // pair)) * pair
+        index = torch.from_numpy(first[:, None] + np.arange(pair)).flatten()
         batch_hidden = hidden[index].to(pipe.device, torch.float32)
         loss, parts = drafter_loss(
-            drafter, adapter, batch_hidden, codes[index].to(pipe.device), config.p_weight
+            drafter, adapter, batch_hidden, codes[index].to(pipe.device), config.p_weight, guidance
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
