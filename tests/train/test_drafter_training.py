@@ -28,7 +28,8 @@ def test_training_gives_a_pipeline_with_a_drafter_that_decodes(tmp_path, family)
     base = _base(tmp_path, family)
     args = ["train", "drafter", "--base", str(tmp_path / "base"), "--out", str(tmp_path / "out"),
             "--prompts", str(tmp_path / "prompts.txt"), "--images", "4", "--data-batch", "2",
-            "--batch-size", "2", "--max-steps", "4", "--log-every", "2", "--heads", "2"]  # fmt: skip
+            "--batch-size", "2", "--max-steps", "4", "--log-every", "2", "--heads", "2",
+            "--val-images", "2"]  # fmt: skip
     assert main(args) == 0
     pipe = arjet.ARPipeline.from_pretrained(str(tmp_path / "out" / "pipeline"))
     assert pipe.drafter is not None and pipe.drafter.config.num_attention_heads == 2
@@ -41,7 +42,35 @@ def test_training_gives_a_pipeline_with_a_drafter_that_decodes(tmp_path, family)
     log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["images"] == 4 and log[0]["sequences"] == 4 * (2 if guided(family) else 1)  # a row each
     assert [record["step"] for record in log[1:]] == [2, 4]
+    assert {"val_p_loss", "val_accept"} <= set(log[1])
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    best = max(log[1:], key=lambda record: record["val_accept"])
+    assert metrics["best_step"] == best["step"] and metrics["val_accept"] == best["val_accept"]
     assert (tmp_path / "out" / "drafter" / "config.json").is_file()
+
+
+def test_the_drafter_kept_is_the_best_on_the_held_out_images(tmp_path):
+    """Scored at every log line on held-out sequences; the weights returned are those of the best score,
+    not the last step's (a small set overfits)."""
+    from arjet.train.drafter import _validate, fit_drafter
+    from arjet.train.scaffold import TrainingRun
+
+    pipe = tiny_pipeline("emu3", grid=(2, 3), vocab_size=8, logit_scale=3.0)
+    config = DrafterTrainConfig(
+        data_batch=3, data_sampler="ar", batch_size=2, max_steps=8, log_every=1, lr=3e-2, out=str(tmp_path)
+    )
+    data = distill(pipe, PROMPTS[:2], config)
+    held_out = distill(pipe, PROMPTS[2:], config, seeds=[99])
+    run = TrainingRun(config, "drafter", show=False)
+    drafter, _, parts = fit_drafter(pipe, *data, config, run, held_out=held_out)
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    scores = [record["val_accept"] for record in log]
+    assert len(scores) == 8 and parts["val_accept"] == max(scores)
+    scale = pipe.checkpoint_guidance_scale()
+    again = _validate(
+        drafter, pipe.session_adapter(), held_out, config.p_weight, scale if scale != 1 else None
+    )
+    assert again["val_accept"] == pytest.approx(max(scores), abs=1e-6)
 
 
 def test_the_data_are_the_sessions_hidden_states_at_each_cell():
@@ -65,7 +94,7 @@ def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
 
     drafter = Drafter.for_adapter(pipe.session_adapter())
     loss, parts = drafter_loss(drafter, pipe.session_adapter(), hidden.float(), codes, 0.1)
-    assert loss.item() > 0 and set(parts) == {"v_loss", "p_loss", "top1"}
+    assert loss.item() > 0 and set(parts) == {"v_loss", "p_loss", "top1", "accept"}
     loss.backward()
     assert drafter.fc.weight.grad is not None and drafter.fc.weight.grad.abs().sum() > 0
 

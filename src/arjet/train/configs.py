@@ -256,6 +256,11 @@ class DrafterTrainConfig:
         "COCO captions), .jsonl (prompt or caption records)",
     )
     images: int = positive(512, "images the model generates for the training set")
+    val_images: int = option(
+        32,
+        "held-out images (the prompt set continued, other seeds) the log scores the drafter on; the drafter "
+        "saved is the one that scored best on them (0: none, the last one)",
+    )
     data_sampler: str = option("sjd-pac", "the (exact) sampler that generates them")
     data_batch: int = positive(32, "images generated per call")
     seed: int = seed()

@@ -22,6 +22,7 @@ gradients averaged, and the first one logs and saves.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -115,7 +116,8 @@ def drafter_loss(
     p_weight: float,
     guidance_scale: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts. With
+    """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts (`accept`: the
+    chance that one code drawn from the drafter's distribution passes the exact test, at temperature 1). With
     `guidance_scale` the sequences are images' CFG rows in pairs (conditional, unconditional) and the
     next-code loss compares the mixed distributions `u + s * (c - u)`, the ones decoding draws from (an
     error in either row's logits is amplified by the scale there)."""
@@ -130,8 +132,10 @@ def drafter_loss(
     log_q = logits.log_softmax(-1)
     p_loss = -(target_p * log_q).sum(-1).mean()
     agree = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
+    accept = torch.minimum(target_p, log_q.exp()).sum(-1).mean()  # 1 - TV: one drawn code's acceptance
     loss = v_loss + p_weight * p_loss
-    return loss, {"v_loss": v_loss.item(), "p_loss": p_loss.item(), "top1": agree.item()}
+    parts = {"v_loss": v_loss.item(), "p_loss": p_loss.item(), "top1": agree.item(), "accept": accept.item()}
+    return loss, parts
 
 
 def _guided(logits: torch.Tensor, scale: float | None) -> torch.Tensor:
@@ -165,10 +169,15 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
         hidden, codes = distill(
             pipe, [prompts[i] for i in places], config, bar.update, image_seeds(config, places)
         )
+    held_out = None
+    if processes.main and config.val_images:
+        every = prompt_set(config.prompts, config.images + config.val_images, config.seed)
+        places = range(config.images, len(every))
+        held_out = distill(pipe, every[config.images :], config, seeds=image_seeds(config, places))
     sequences = processes.total(len(codes), device)
     if processes.main:
         run.log({"images": len(prompts), "sequences": sequences, "minutes_data": run.minutes})
-    drafter, loss, parts = fit_drafter(pipe, hidden, codes, config, run, processes)
+    drafter, loss, parts = fit_drafter(pipe, hidden, codes, config, run, processes, held_out)
     processes.finish()  # before the first process saves, which can outlast a collective's time-out
     if not processes.main:
         return run.out / "pipeline"
@@ -189,10 +198,12 @@ def fit_drafter(
     config: DrafterTrainConfig,
     run: TrainingRun,
     processes: Processes | None = None,
+    held_out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[Drafter, float, dict[str, float]]:
     """A new drafter for `pipe` fitted to this process's sequences (`distill`'s `hidden`, `codes`) within
     the run's budget, the gradients averaged over `processes`; returns it (in eval mode) with the last
-    step's loss and its parts."""
+    step's loss and its parts. With `held_out` sequences (the same layout) every log line scores the drafter
+    on them too (`val_*`), and the weights returned are those of the best `val_accept`, with its parts."""
     processes = processes or Processes()
     adapter = pipe.session_adapter()
     pipe.model.requires_grad_(False)
@@ -207,6 +218,7 @@ def fit_drafter(
     guidance = scale if config.guided and scale != 1 else None
     pair = 2 if guidance is not None else 1  # `distill` keeps an image's two CFG rows side by side
     loss, parts = torch.zeros(()), {}
+    best: tuple[dict[str, torch.Tensor], dict[str, float]] | None = None
     for step, seconds in processes.steps(run, str(pipe.device)):
         for group in optimizer.param_groups:
             group["lr"] = warmup_cosine(config, step, seconds)
@@ -223,5 +235,29 @@ def fit_drafter(
         optimizer.step()
         run.progress.set_postfix(loss=f"{loss.item():.3f}", top1=f"{parts['top1']:.2f}")
         if processes.main and (step + 1) % config.log_every == 0:
-            run.log({"step": step + 1, "minutes": run.minutes, "loss": loss.item(), **parts})
+            record = {"step": step + 1, "minutes": run.minutes, "loss": loss.item(), **parts}
+            if held_out is not None:
+                record.update(_validate(drafter, adapter, held_out, config.p_weight, guidance))
+                if best is None or record["val_accept"] > best[1]["val_accept"]:
+                    best = copy.deepcopy(drafter.state_dict()), record
+            run.log(record)
+    if best is not None:
+        drafter.load_state_dict(best[0])
+        parts = {k: v for k, v in best[1].items() if k not in ("step", "minutes", "loss")}
+        return drafter.eval(), best[1]["loss"], {"best_step": best[1]["step"], **parts}
     return drafter.eval(), loss.item(), parts
+
+
+@torch.no_grad()
+def _validate(
+    drafter: Drafter, adapter, held_out: tuple[torch.Tensor, torch.Tensor], p_weight: float, guidance
+) -> dict[str, float]:
+    """The loss parts on the held-out sequences, named `val_*`."""
+    hidden, codes = held_out
+    device = drafter.fc.weight.device
+    drafter.eval()
+    _, parts = drafter_loss(
+        drafter, adapter, hidden.to(device, torch.float32), codes.to(device), p_weight, guidance
+    )
+    drafter.train()
+    return {f"val_{key}": value for key, value in parts.items()}
