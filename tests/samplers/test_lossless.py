@@ -342,6 +342,12 @@ def _one_tree_setup(policy):
     return pipe, exact_joint(pipe, PROMPT, grid, policy, guidance_of(pipe))
 
 
+@functools.cache
+def _one_tree_drafted():
+    """`_one_tree_setup`'s pipeline (the same seeded weights) with a tiny random drafter."""
+    return tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+
+
 NO_TOP_K = LogitsPolicy(
     temperature=0.8
 )  # so that a wrong rule cannot be caught by a code outside the support
@@ -399,17 +405,20 @@ def _drafted(family):
     return tiny_drafter(pipe, fc_scale=4.0), _setup(family)[1]
 
 
-EAGLE_TREES = [(1, 1, 3), (2, 2, 4), (2, 3, 8), (3, 2, 6)]  # (tree_width, tree_depth, window)
+DRAFTED_TREES = {  # eagle: (tree_width, tree_depth, window); eagle2: (tree_width, expand, tree_depth)
+    **{f"eagle-K{k}-D{d}-W{w}": Eagle(window=w, tree_width=k, tree_depth=d) for k, d, w in
+       [(1, 1, 3), (2, 2, 4), (2, 3, 8), (3, 2, 6)]},
+    **{f"eagle2-K{k}-M{m}-D{d}": Eagle2(tree_width=k, expand=m, tree_depth=d) for k, m, d in
+       [(2, 1, 3), (2, 2, 3), (3, 2, 4)]},
+}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("width", "depth", "window"), EAGLE_TREES, ids=[f"K{k}-D{d}-W{w}" for k, d, w in EAGLE_TREES]
-)
-def test_eagle_is_lossless_in_a_batch(family, width, depth, window):
-    """Proposals from a random drafter (its CFG-mixed, processed distribution), verified on the tree."""
+@pytest.mark.parametrize("tree", list(DRAFTED_TREES))
+def test_drafted_trees_are_lossless_in_a_batch(family, tree):
+    """Proposals from a random drafter (its CFG-mixed, processed distribution), verified on its tree:
+    `eagle`'s static one, `eagle2`'s dynamic one."""
     pipe, exact = _drafted(family)
-    sampler = Eagle(window=window, tree_width=width, tree_depth=depth)
-    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+    assert goodness_of_fit(_draw(pipe, DRAFTED_TREES[tree]), exact) > ALPHA
 
 
 def test_eagle_is_lossless_with_top_p(family):
@@ -424,7 +433,7 @@ def test_eagle_is_lossless_with_top_p(family):
 
 def test_eagle_is_lossless_where_the_controls_are_not():
     _, exact = _one_tree_setup(NO_TOP_K)
-    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    drafted = _one_tree_drafted()
     codes = _draw(drafted, Eagle(window=4, tree_width=2, tree_depth=2), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) > ALPHA
 
@@ -439,27 +448,15 @@ def test_negative_control_eagle_drafts_not_from_their_proposal_is_rejected(monke
     (e.g. a temperature applied to the draw only)."""
     monkeypatch.setattr(eagle, "sample", _sharpened_draws)
     _, exact = _one_tree_setup(NO_TOP_K)
-    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    drafted = _one_tree_drafted()
     codes = _draw(drafted, Eagle(window=4, tree_width=2, tree_depth=2), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW
 
 
 # -- eagle2: a drafter's dynamic tree, each node with its own proposal ----------------------------------------
-EAGLE2_TREES = [(2, 1, 3), (2, 2, 3), (3, 2, 4)]  # (tree_width, expand, tree_depth)
-
-
-@pytest.mark.parametrize(
-    ("width", "expand", "depth"), EAGLE2_TREES, ids=[f"K{k}-M{m}-D{d}" for k, m, d in EAGLE2_TREES]
-)
-def test_eagle2_is_lossless_in_a_batch(family, width, expand, depth):
-    pipe, exact = _drafted(family)
-    sampler = Eagle2(tree_width=width, expand=expand, tree_depth=depth)
-    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
-
-
 def test_eagle2_is_lossless_where_the_controls_are_not():
     _, exact = _one_tree_setup(NO_TOP_K)
-    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    drafted = _one_tree_drafted()
     codes = _draw(drafted, Eagle2(tree_width=2, expand=1, tree_depth=3), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) > ALPHA
 
@@ -478,7 +475,7 @@ def _children_by_confidence(q, u):
 def test_negative_control_eagle2_children_in_confidence_order_are_rejected(monkeypatch):
     monkeypatch.setattr(eagle2_module, "_draw_children", _children_by_confidence)
     _, exact = _one_tree_setup(NO_TOP_K)
-    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    drafted = _one_tree_drafted()
     codes = _draw(drafted, Eagle2(tree_width=2, expand=1, tree_depth=3), samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW
 
@@ -494,7 +491,7 @@ def test_negative_control_eagle2_top_codes_verified_as_draws_are_rejected():
     """The drafter's top codes verified as if drawn from its proposal (`min(1, p/q)`), as EAGLE-2's sampling
     path does: not exact."""
     _, exact = _one_tree_setup(NO_TOP_K)
-    drafted = tiny_drafter(tiny_pipeline("emu3", grid=(1, 3), vocab_size=4, logit_scale=8.0), fc_scale=4.0)
+    drafted = _one_tree_drafted()
     sampler = Eagle2(tree_width=2, expand=1, tree_depth=3, children="top")
     stepper = eagle2_module.DynamicTreeStepper
     with pytest.MonkeyPatch.context() as patch:

@@ -83,10 +83,8 @@ class DrafterStepper(TreeStepper):
         """Pair the prefill's hidden state with cell 0's code, then draft the first chain."""
         self.n.fill_(1)
         self.pending.zero_()
-        session = self.decode.session
-        cell = torch.zeros_like(first)[:, None]
-        logits, out = self.drafting.forward(session.first_hidden[:, None], first[:, None], cell)
-        self._chain(logits[:, 0], out[:, 0])
+        logits, out = self.drafting.start(first)
+        self._chain(logits, out[:, 0])
 
     def redraft(
         self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor

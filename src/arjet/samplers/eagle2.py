@@ -183,10 +183,7 @@ class DynamicTreeStepper(Stepper):
         """Pair the prefill's hidden state with cell 0's code, then draft the first tree."""
         self.n.fill_(1)
         self.pending.zero_()
-        session = self.decode.session
-        cell = torch.zeros_like(first)[:, None]
-        logits, out = self.drafting.forward(session.first_hidden[:, None], first[:, None], cell)
-        self._draft(logits[:, 0], out)
+        self._draft(*self.drafting.start(first))
 
     def stop(self) -> None:
         self.n.fill_(self.decode.session.num_cells)

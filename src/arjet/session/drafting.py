@@ -37,6 +37,13 @@ class DraftingCache:
         self.cache = self.stack.new_cache(session.rows, size)
         self._keys = torch.arange(size, device=session.device)
 
+    def start(self, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair the prefill's hidden state with cell 0's codes `first [B]`: the guided logits `[B, V]` that
+        predict cell 1 and the drafter's output `[rows, 1, d]`."""
+        cell = torch.zeros_like(first)[:, None]
+        logits, out = self.forward(self.session.first_hidden[:, None], first[:, None], cell)
+        return logits[:, 0], out
+
     def forward(
         self, hidden: torch.Tensor, codes: torch.Tensor, cells: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
