@@ -91,18 +91,10 @@ class DrafterStepper(TreeStepper):
     ) -> None:
         """Catch up on the cells this step committed (the target's hidden state at the node that predicted
         each, with its code), then draft the chain from the last one's output."""
-        session, tree = self.decode.session, self.tree
-        width = session.last_hidden.shape[-1]
-        nodes = session.both_halves(tree.depth + line)  # [rows, M] the query of each window position
-        hidden = session.last_hidden.gather(1, nodes[..., None].expand(-1, -1, width))
         start = self.n - outcome.advanced
         cells = torch.where(outcome.committed, start[:, None] + self.positions, -1)
-        logits, out = self.drafting.forward(hidden, outcome.codes, cells)
-        last = (outcome.advanced - 1).clamp(min=0)
-        logits = logits.gather(1, last[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
-        rows_last = session.both_halves(last)
-        out = out.gather(1, rows_last[:, None, None].expand(-1, 1, out.shape[-1]))[:, 0]
-        self._chain(logits, out)
+        logits, out = self.drafting.catch_up(self.tree.depth + line, outcome.codes, cells, outcome.advanced)
+        self._chain(logits, out[:, 0])
 
     def _chain(self, logits: torch.Tensor, hidden: torch.Tensor) -> None:
         """Draft slots `0..S-1` (cells `n..n+S-1`) one after another: `logits [B, V]` predict cell `n`,

@@ -231,16 +231,8 @@ class DynamicTreeStepper(Stepper):
 
         # 4. the drafter catches up on the committed cells (each paired with the target's hidden state at the
         # node that predicted it), then drafts the next tree from the last one
-        width = session.last_hidden.shape[-1]
-        nodes = session.both_halves(self.refeed + line)
-        hidden = session.last_hidden.gather(1, nodes[..., None].expand(-1, -1, width))
         cells_at = torch.where(committed_at, start[:, None] + self.positions, -1)
-        draft_logits, out = self.drafting.forward(hidden, codes, cells_at)
-        last = (advanced - 1).clamp(min=0)
-        root_logits = draft_logits.gather(1, last[:, None, None].expand(-1, 1, draft_logits.shape[-1]))[:, 0]
-        rows_last = session.both_halves(last)
-        root_out = out.gather(1, rows_last[:, None, None].expand(-1, 1, out.shape[-1]))
-        self._draft(root_logits, root_out)
+        self._draft(*self.drafting.catch_up(self.refeed + line, codes, cells_at, advanced))
 
     def _walk(
         self, t: torch.Tensor, length: torch.Tensor, u: torch.Tensor

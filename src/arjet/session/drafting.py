@@ -44,6 +44,23 @@ class DraftingCache:
         logits, out = self.forward(self.session.first_hidden[:, None], first[:, None], cell)
         return logits[:, 0], out
 
+    def catch_up(
+        self, queries: torch.Tensor, codes: torch.Tensor, cells: torch.Tensor, advanced: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair the cells a step committed (`cells [B, m]`, `-1`: not committed) with their codes `[B, m]`
+        and the target's hidden state at the query of its last call that predicted each (`queries [B, m]`);
+        returns the guided logits `[B, V]` and the output `[rows, 1, d]` at the last committed cell
+        (`advanced [B]` of them), which predict the next one."""
+        session = self.session
+        width = session.last_hidden.shape[-1]
+        rows_queries = session.both_halves(queries)
+        hidden = session.last_hidden.gather(1, rows_queries[..., None].expand(-1, -1, width))
+        logits, out = self.forward(hidden, codes, cells)
+        last = (advanced - 1).clamp(min=0)
+        logits = logits.gather(1, last[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        rows_last = session.both_halves(last)
+        return logits, out.gather(1, rows_last[:, None, None].expand(-1, 1, out.shape[-1]))
+
     def forward(
         self, hidden: torch.Tensor, codes: torch.Tensor, cells: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
