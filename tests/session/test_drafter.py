@@ -50,6 +50,26 @@ def test_teacher_forcing_is_causal():
     )
 
 
+def test_unrolled_depths_are_the_chains_drafting_computes():
+    """Depth `k` at position `j` is what drafting `k` steps past committed position `j - k` computes: the
+    teacher-forced pairs up to `j - k`, then pairs whose hidden state is the drafter's previous output."""
+    torch.manual_seed(0)
+    drafter = Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2)
+    embeds, hidden = torch.randn(2, 2, 6, 16)
+    depths = drafter.unrolled(embeds, hidden, 3)
+    assert depths.shape == (3, 2, 6, 16)
+    assert torch.allclose(depths[0], drafter(embeds, hidden), atol=1e-5)
+    for k in (1, 2):
+        for j in range(k, 6):
+            committed = j - k
+            chain = hidden[:, : committed + 1]
+            for _ in range(k):  # each draft step appends the last output as the next pair's hidden state
+                out = drafter(embeds[:, : chain.shape[1]], chain)
+                chain = torch.cat([chain, out[:, -1:]], 1)
+            expected = drafter(embeds[:, : chain.shape[1]], chain)[:, -1]
+            assert torch.allclose(depths[k][:, j], expected, atol=1e-5), (k, j)
+
+
 def test_for_adapter_sizes_the_drafter_for_the_target(family):
     pipe = tiny_pipeline(family)
     drafter = Drafter.for_adapter(pipe.session_adapter())

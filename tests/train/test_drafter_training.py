@@ -67,9 +67,7 @@ def test_the_drafter_kept_is_the_best_on_the_held_out_images(tmp_path):
     scores = [record["val_accept"] for record in log]
     assert len(scores) == 8 and parts["val_accept"] == max(scores)
     scale = pipe.checkpoint_guidance_scale()
-    again = _validate(
-        drafter, pipe.session_adapter(), held_out, config.p_weight, scale if scale != 1 else None
-    )
+    again = _validate(drafter, pipe.session_adapter(), held_out, config, scale if scale != 1 else None)
     assert again["val_accept"] == pytest.approx(max(scores), abs=1e-6)
 
 
@@ -83,6 +81,27 @@ def test_the_data_are_the_sessions_hidden_states_at_each_cell():
     assert torch.equal(codes[::2], again) and torch.equal(codes[1::2], again)  # cond and uncond rows
     logits = pipe.session_adapter().code_logits(hidden.float())
     assert torch.isfinite(logits).all()
+
+
+def test_a_data_dir_keeps_each_batch_and_a_later_run_reads_it_back(tmp_path, monkeypatch):
+    """Batches are written once and read back by a run with the same base, sampler, prompts and seeds;
+    other seeds make new batches."""
+    import arjet.train.drafter as module
+
+    pipe = tiny_pipeline("emu3", grid=(2, 3), vocab_size=8, logit_scale=3.0)
+    config = DrafterTrainConfig(data_batch=2, data_sampler="ar", data_dir=str(tmp_path / "data"))
+    hidden, codes = distill(pipe, PROMPTS[:3], config)
+    assert len(list((tmp_path / "data").glob("*.safetensors"))) == 2  # batches of 2 and 1
+
+    def generate(*args):
+        raise AssertionError("a kept batch was generated again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "_distill_batch", generate)
+        again = distill(pipe, PROMPTS[:3], config)
+    assert torch.equal(again[0], hidden) and torch.equal(again[1], codes)
+    distill(pipe, PROMPTS[:2], config, seeds=[7, 8])
+    assert len(list((tmp_path / "data").glob("*.safetensors"))) == 3
 
 
 def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
@@ -123,6 +142,34 @@ def test_the_guided_loss_compares_the_cfg_mixed_distributions():
         expected = -(target * mixed(predicted).log_softmax(-1)).sum(-1).mean()
     assert guided["p_loss"] == pytest.approx(expected.item(), rel=1e-5)
     assert guided["p_loss"] != pytest.approx(rows["p_loss"], rel=1e-3)
+
+
+def test_the_training_time_test_scores_each_depth_on_the_drafters_own_outputs():
+    """`depths=3`: depth 1 is the teacher-forced loss; depths 2 and 3 score `Drafter.unrolled`'s outputs on
+    the positions that have a committed one behind them; the loss is the mean and reaches the weights."""
+    from arjet.session.drafter import Drafter
+
+    pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8, logit_scale=3.0)
+    adapter = pipe.session_adapter()
+    hidden, codes = distill(pipe, PROMPTS[:2], DrafterTrainConfig(data_batch=2, data_sampler="ar"))
+    hidden = hidden.float()
+    torch.manual_seed(0)
+    drafter = Drafter.for_adapter(adapter)
+    one_loss, one = drafter_loss(drafter, adapter, hidden, codes, 0.1, guidance_scale=3.0)
+    loss, parts = drafter_loss(drafter, adapter, hidden, codes, 0.1, guidance_scale=3.0, depths=3)
+    assert parts["accept_1"] == pytest.approx(one["accept"], rel=1e-5)
+    assert parts["accept"] == pytest.approx((parts["accept_1"] + parts["accept_2"] + parts["accept_3"]) / 3)
+    with torch.no_grad():
+        deep = drafter.unrolled(adapter.embed_codes(codes), hidden, 3)[2][:, 2:-1]  # committed 0.. drafts 3..
+        cond, uncond = (
+            adapter.code_logits(torch.cat([deep, hidden[:, 3:]])).float().view(2, 2, 2, -1, 8).unbind(2)
+        )
+        mixed = uncond + 3.0 * (cond - uncond)
+        expected = torch.minimum(mixed[0].softmax(-1), mixed[1].softmax(-1)).sum(-1).mean()
+    assert parts["accept_3"] == pytest.approx(expected.item(), rel=1e-5)
+    assert loss.item() != pytest.approx(one_loss.item())
+    loss.backward()
+    assert drafter.fc.weight.grad.abs().sum() > 0
 
 
 def test_prompt_sets_read_text_json_coco_and_jsonl(tmp_path):

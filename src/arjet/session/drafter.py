@@ -111,14 +111,45 @@ class Drafter(ModelMixin, ConfigMixin):
     def forward(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Teacher-forced outputs `[N, m, d]` for whole sequences of pairs (`[N, m, d]` each, position `j` at
         `j`, causal): what training fits to the target's next hidden states."""
+        return self.unrolled(code_embeddings, hidden, 1)[0]
+
+    def unrolled(self, code_embeddings: torch.Tensor, hidden: torch.Tensor, depths: int) -> torch.Tensor:
+        """Outputs `[depths, N, m, d]` as drafting at each depth computes them (EAGLE-3's training-time test).
+        Depth 0 is `forward`. At depth `k`, position `j` drafts `k` steps past the last committed position
+        `j - k`: its pair's hidden state is the drafter's own output at depth `k - 1`, position `j - 1`, and it
+        attends to the teacher-forced pairs up to `j - k` and to its chain's pairs at depths `1..k` (positions
+        `j - k + 1 .. j`), as in a draft tree. Rows `j < k` have no committed position: not meaningful. One
+        pass over all depths gives the outputs (and the gradient); the passes before it, without gradient, give
+        each depth's inputs."""
         rows, length, _ = hidden.shape
+        device = hidden.device
+        position = torch.arange(length, device=device)
+        depth = torch.arange(depths, device=device)
+        query_depth, query_position = depth.repeat_interleave(length), position.repeat(depths)
+        key_depth, key_position = query_depth[None, :], query_position[None, :]
+        anchor = (query_position - query_depth)[:, None]  # the last committed position
+        sees = ((key_depth == 0) & (key_position <= anchor)) | (
+            (key_depth >= 1) & (key_depth <= query_depth[:, None]) & (key_position == anchor + key_depth)
+        )
+        mask = torch.zeros(sees.shape, dtype=self.fc.weight.dtype, device=device)
+        mask = mask.masked_fill(~sees, torch.finfo(mask.dtype).min)
         stack = self.stack()
-        cache = stack.new_cache(rows, length)
-        slots = torch.arange(length, device=hidden.device).expand(rows, length)
-        causal = slots[0][None, :] <= slots[0][:, None]
-        mask = torch.zeros(length, length, dtype=self.fc.weight.dtype, device=hidden.device)
-        mask = mask.masked_fill(~causal, torch.finfo(mask.dtype).min)[None, None].expand(rows, 1, -1, -1)
-        return stack.forward(cache, self.fuse(code_embeddings, hidden), slots, slots, mask)
+
+        def run(width: int) -> torch.Tensor:  # the first `width` rows: depths `0 .. width / length - 1`
+            slots = torch.arange(width, device=device).expand(rows, width)
+            cache = stack.new_cache(rows, width)
+            positions = query_position[:width].expand(rows, width)
+            return stack.forward(
+                cache, inputs, positions, slots, mask[None, None, :width, :width].expand(rows, 1, -1, -1)
+            )
+
+        inputs = self.fuse(code_embeddings, hidden)
+        for k in range(1, depths):
+            with torch.no_grad():  # a depth's inputs carry no gradient back into the depth before it
+                previous = run(k * length)[:, -length:].roll(1, 1)  # depth k - 1, one position back
+            inputs = torch.cat([inputs, self.fuse(code_embeddings, previous)], 1)
+        out = run(depths * length)
+        return out.view(rows, depths, length, -1).transpose(0, 1)
 
 
 def _block_class(block: str) -> type:

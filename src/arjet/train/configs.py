@@ -263,6 +263,12 @@ class DrafterTrainConfig:
     )
     data_sampler: str = option("sjd-pac", "the (exact) sampler that generates them")
     data_batch: int = positive(32, "images generated per call")
+    data_dir: str = option(
+        "",
+        "a folder that keeps the generated data, a file a batch: batches an earlier run made there (the same "
+        "base, sampler, prompts and seeds) are read instead of generated, so a run resumes or retrains "
+        "without generating again ('': kept in memory only)",
+    )
     seed: int = seed()
     heads: int = positive(8, "attention heads of the drafter's block")
     intermediate_size: int = option(0, "MLP width of the drafter's block (0: twice the model's width)")
@@ -275,6 +281,11 @@ class DrafterTrainConfig:
         True,
         "fit the next-code loss on the CFG-mixed distribution that decoding draws from (each image's two "
         "rows together), not on each row's own; only for a model with guidance",
+    )
+    depths: int = positive(
+        1,
+        "drafting depths the loss scores: 1, teacher forcing alone (EAGLE-1/2); more, also the drafter fed its "
+        "own outputs as it drafts deeper (EAGLE-3's training-time test; a step at 3 costs about 5 times one at 1)",
     )
     max_steps: int = max_steps(3000)
     max_minutes: float = max_minutes(30.0)

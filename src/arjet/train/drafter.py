@@ -23,7 +23,9 @@ gradients averaged, and the first one logs and saves.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from ..session import DecodingSession
 from ..session.drafter import Drafter
@@ -74,33 +77,58 @@ def distill(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own codes for `prompts` and its hidden states: `(hidden [R, N, d] bfloat16, codes [R, N])`
     with `R` sequences (one per CFG row) of the grid's `N` cells; `hidden[:, c]` is the hidden state whose
-    output predicted cell `c`. `seeds`: one per prompt (default: from `config.seed` and the prompt's place)."""
+    output predicted cell `c`. `seeds`: one per prompt (default: from `config.seed` and the prompt's place).
+    With `config.data_dir`, each batch is read from there when an earlier run made it (the same base,
+    sampler, prompts and seeds), and written there when made."""
     if seeds is None:
         seeds = image_seeds(config, range(len(prompts)))
-    grid = pipe.grid_for(*pipe.default_size())
-    scale = pipe.checkpoint_guidance_scale()
-    guided = scale != 1
+    store = Path(config.data_dir).expanduser() if config.data_dir else None
     hidden_rows, code_rows = [], []
     for start in range(0, len(prompts), config.data_batch):
         batch = prompts[start : start + config.data_batch]
         batch_seeds = seeds[start : start + config.data_batch]
-        codes = pipe(
-            batch, sampler=config.data_sampler, seed=batch_seeds, output_type="latent"
-        ).codes.flatten(1)
-        session = DecodingSession(
-            pipe.session_adapter(),
-            pipe.image_layout(grid),
-            pipe.encode_prompts(batch, None, grid, guided),
-            scale if guided else None,
-        )
-        cells = torch.arange(1, codes.shape[1], device=codes.device).expand(len(batch), -1)
-        session.logits(cells, codes[:, :-1])
-        hidden = torch.cat([session.first_hidden[:, None], session.last_hidden], 1)
-        hidden_rows.append(hidden.to("cpu", torch.bfloat16))
-        code_rows.append(session.both_halves(codes).cpu())
+        path = store / f"{_batch_key(config, batch, batch_seeds)}.safetensors" if store else None
+        if path is not None and path.is_file():
+            data = load_file(path)
+            hidden, codes = data["hidden"], data["codes"]
+        else:
+            hidden, codes = _distill_batch(pipe, batch, config.data_sampler, batch_seeds)
+            if path is not None:
+                store.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(f".{os.getpid()}.partial")  # never a half-written batch to read
+                save_file({"hidden": hidden.contiguous(), "codes": codes.contiguous()}, partial)
+                partial.replace(path)
+        hidden_rows.append(hidden)
+        code_rows.append(codes)
         if progress is not None:
             progress(len(batch))
     return torch.cat(hidden_rows), torch.cat(code_rows)
+
+
+def _distill_batch(
+    pipe, prompts: list[str], sampler: str, seeds: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of `distill`: the codes `sampler` draws, then one teacher-forced pass for the hidden states."""
+    grid = pipe.grid_for(*pipe.default_size())
+    scale = pipe.checkpoint_guidance_scale()
+    guided = scale != 1
+    codes = pipe(prompts, sampler=sampler, seed=seeds, output_type="latent").codes.flatten(1)
+    session = DecodingSession(
+        pipe.session_adapter(),
+        pipe.image_layout(grid),
+        pipe.encode_prompts(prompts, None, grid, guided),
+        scale if guided else None,
+    )
+    cells = torch.arange(1, codes.shape[1], device=codes.device).expand(len(prompts), -1)
+    session.logits(cells, codes[:, :-1])
+    hidden = torch.cat([session.first_hidden[:, None], session.last_hidden], 1)
+    return hidden.to("cpu", torch.bfloat16), session.both_halves(codes).cpu()
+
+
+def _batch_key(config: DrafterTrainConfig, prompts: list[str], seeds: list[int]) -> str:
+    """A batch's file name in `data_dir`: a digest of what determines its data."""
+    what = {"base": config.base, "sampler": config.data_sampler, "prompts": prompts, "seeds": seeds}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def image_seeds(config: DrafterTrainConfig, places: Iterable[int]) -> list[int]:
@@ -115,26 +143,51 @@ def drafter_loss(
     codes: torch.Tensor,
     p_weight: float,
     guidance_scale: float | None = None,
+    depths: int = 1,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE's loss on sequences of pairs (`hidden [b, N, d]`, `codes [b, N]`), and its parts (`accept`: the
     chance that one code drawn from the drafter's distribution passes the exact test, at temperature 1). With
     `guidance_scale` the sequences are images' CFG rows in pairs (conditional, unconditional) and the
     next-code loss compares the mixed distributions `u + s * (c - u)`, the ones decoding draws from (an
-    error in either row's logits is amplified by the scale there)."""
+    error in either row's logits is amplified by the scale there). With `depths > 1` the drafter is also
+    scored `depths - 1` steps into its own drafts (`Drafter.unrolled`: EAGLE-3's training-time test): the
+    loss and its parts are means over the depths, and `accept_<k>` is depth `k`'s acceptance."""
     with torch.no_grad():
         embeds = adapter.embed_codes(codes)
         target = hidden[:, 1:]
         target_logits = _guided(adapter.code_logits(target.to(embeds.dtype)).float(), guidance_scale)
         target_p = target_logits.softmax(-1)
-    predicted = drafter(embeds, hidden)[:, :-1]
-    v_loss = F.smooth_l1_loss(predicted.float(), target.float())
-    logits = _guided(adapter.code_logits(predicted.to(embeds.dtype)).float(), guidance_scale)
-    log_q = logits.log_softmax(-1)
-    p_loss = -(target_p * log_q).sum(-1).mean()
-    agree = (log_q.argmax(-1) == target_p.argmax(-1)).float().mean()
-    accept = torch.minimum(target_p, log_q.exp()).sum(-1).mean()  # 1 - TV: one drawn code's acceptance
-    loss = v_loss + p_weight * p_loss
-    parts = {"v_loss": v_loss.item(), "p_loss": p_loss.item(), "top1": agree.item(), "accept": accept.item()}
+    predicted = drafter.unrolled(embeds, hidden, depths)[:, :, :-1]  # [depths, b, N - 1, d]
+    length = predicted.shape[2]
+    # position j at depth k drafts from committed position j - k: none before k
+    valid = (
+        torch.arange(length, device=hidden.device)[None, :]
+        >= torch.arange(depths, device=hidden.device)[:, None]
+    )
+    weight = valid[:, None, :].expand(-1, len(codes) // (2 if guidance_scale is not None else 1), -1).float()
+    weight = weight / weight.sum((1, 2), keepdim=True)  # each depth's mean over its meaningful positions
+
+    def per_depth(values: torch.Tensor) -> torch.Tensor:  # [depths, b', N - 1] -> [depths]
+        return (values * weight).sum((1, 2))
+
+    v_loss = F.smooth_l1_loss(predicted.float(), target.float().expand_as(predicted), reduction="none").mean(
+        -1
+    )
+    v_loss = (v_loss * valid[:, None, :]).sum((1, 2)) / (valid.sum(1) * len(codes))
+    logits = adapter.code_logits(predicted.flatten(0, 1).to(embeds.dtype)).float()
+    log_q = _guided(logits, guidance_scale).unflatten(0, (depths, -1)).log_softmax(-1)
+    p_loss = per_depth(-(target_p * log_q).sum(-1))
+    agree = per_depth((log_q.argmax(-1) == target_p.argmax(-1)).float())
+    accept = per_depth(torch.minimum(target_p, log_q.exp()).sum(-1))  # 1 - TV: one drawn code's acceptance
+    loss = (v_loss + p_weight * p_loss).mean()
+    parts = {
+        "v_loss": v_loss.mean().item(),
+        "p_loss": p_loss.mean().item(),
+        "top1": agree.mean().item(),
+        "accept": accept.mean().item(),
+    }
+    if depths > 1:
+        parts.update({f"accept_{k + 1}": value for k, value in enumerate(accept.tolist())})
     return loss, parts
 
 
@@ -226,7 +279,13 @@ def fit_drafter(
         index = torch.from_numpy(first[:, None] + np.arange(pair)).flatten()
         batch_hidden = hidden[index].to(pipe.device, torch.float32)
         loss, parts = drafter_loss(
-            drafter, adapter, batch_hidden, codes[index].to(pipe.device), config.p_weight, guidance
+            drafter,
+            adapter,
+            batch_hidden,
+            codes[index].to(pipe.device),
+            config.p_weight,
+            guidance,
+            config.depths,
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -237,7 +296,7 @@ def fit_drafter(
         if processes.main and (step + 1) % config.log_every == 0:
             record = {"step": step + 1, "minutes": run.minutes, "loss": loss.item(), **parts}
             if held_out is not None:
-                record.update(_validate(drafter, adapter, held_out, config.p_weight, guidance))
+                record.update(_validate(drafter, adapter, held_out, config, guidance))
                 if best is None or record["val_accept"] > best[1]["val_accept"]:
                     best = copy.deepcopy(drafter.state_dict()), record
             run.log(record)
@@ -250,14 +309,24 @@ def fit_drafter(
 
 @torch.no_grad()
 def _validate(
-    drafter: Drafter, adapter, held_out: tuple[torch.Tensor, torch.Tensor], p_weight: float, guidance
+    drafter: Drafter,
+    adapter,
+    held_out: tuple[torch.Tensor, torch.Tensor],
+    config: DrafterTrainConfig,
+    guidance: float | None,
 ) -> dict[str, float]:
     """The loss parts on the held-out sequences, named `val_*`."""
     hidden, codes = held_out
     device = drafter.fc.weight.device
     drafter.eval()
     _, parts = drafter_loss(
-        drafter, adapter, hidden.to(device, torch.float32), codes.to(device), p_weight, guidance
+        drafter,
+        adapter,
+        hidden.to(device, torch.float32),
+        codes.to(device),
+        config.p_weight,
+        guidance,
+        config.depths,
     )
     drafter.train()
     return {f"val_{key}": value for key, value in parts.items()}
