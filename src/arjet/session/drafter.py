@@ -135,7 +135,8 @@ class Drafter(ModelMixin, ConfigMixin):
         mask = mask.masked_fill(~sees, torch.finfo(mask.dtype).min)
         stack = self.stack()
 
-        def run(width: int) -> torch.Tensor:  # the first `width` rows: depths `0 .. width / length - 1`
+        def run(inputs: torch.Tensor) -> torch.Tensor:  # the first depths' inputs `[rows, width, d]`
+            width = inputs.shape[1]
             slots = torch.arange(width, device=device).expand(rows, width)
             cache = stack.new_cache(rows, width)
             positions = query_position[:width].expand(rows, width)
@@ -144,11 +145,11 @@ class Drafter(ModelMixin, ConfigMixin):
             )
 
         inputs = self.fuse(code_embeddings, hidden)
-        for k in range(1, depths):
+        for _ in range(1, depths):
             with torch.no_grad():  # a depth's inputs carry no gradient back into the depth before it
-                previous = run(k * length)[:, -length:].roll(1, 1)  # depth k - 1, one position back
+                previous = run(inputs)[:, -length:].roll(1, 1)  # the last depth so far, one position back
             inputs = torch.cat([inputs, self.fuse(code_embeddings, previous)], 1)
-        out = run(depths * length)
+        out = run(inputs)
         return out.view(rows, depths, length, -1).transpose(0, 1)
 
 

@@ -164,16 +164,13 @@ def drafter_loss(
         torch.arange(length, device=hidden.device)[None, :]
         >= torch.arange(depths, device=hidden.device)[:, None]
     )
-    weight = valid[:, None, :].expand(-1, len(codes) // (2 if guidance_scale is not None else 1), -1).float()
-    weight = weight / weight.sum((1, 2), keepdim=True)  # each depth's mean over its meaningful positions
 
-    def per_depth(values: torch.Tensor) -> torch.Tensor:  # [depths, b', N - 1] -> [depths]
-        return (values * weight).sum((1, 2))
+    def per_depth(values: torch.Tensor) -> torch.Tensor:  # [depths, rows, N - 1] -> [depths]
+        """Each depth's mean over its meaningful positions."""
+        return (values * valid[:, None, :]).sum((1, 2)) / (valid.sum(1) * values.shape[1])
 
-    v_loss = F.smooth_l1_loss(predicted.float(), target.float().expand_as(predicted), reduction="none").mean(
-        -1
-    )
-    v_loss = (v_loss * valid[:, None, :]).sum((1, 2)) / (valid.sum(1) * len(codes))
+    smooth_l1 = F.smooth_l1_loss(predicted.float(), target.float().expand_as(predicted), reduction="none")
+    v_loss = per_depth(smooth_l1.mean(-1))
     logits = adapter.code_logits(predicted.flatten(0, 1).to(embeds.dtype)).float()
     log_q = _guided(logits, guidance_scale).unflatten(0, (depths, -1)).log_softmax(-1)
     p_loss = per_depth(-(target_p * log_q).sum(-1))
