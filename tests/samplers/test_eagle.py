@@ -74,10 +74,26 @@ def test_a_pipeline_without_a_drafter_refuses_in_one_line_before_any_model_work(
     assert "\n" not in str(error.value)
 
 
+def test_the_chain_is_the_drafters_or_jacobi():
+    assert Eagle().chain == "drafter" and get("eagle:chain=jacobi").chain == "jacobi"
+    with pytest.raises(ValueError, match="chain must be one of drafter, jacobi; got 'medusa'"):
+        get("eagle:chain=medusa")
+    relaxed = get("lantern++:drafter=true,chain=jacobi,lam=5")
+    assert relaxed.chain == "jacobi" and relaxed.acceptance == Lantern(lam=5)
+    with pytest.raises(
+        ValueError, match="chain=jacobi chooses what a drafter drafts; lantern\\+\\+ takes it"
+    ):
+        get("lantern++:chain=jacobi")
+
+
 @pytest.mark.parametrize(
     "sampler",
-    [Eagle(window=8, tree_width=2, tree_depth=2), Eagle2(tree_width=3, expand=2, tree_depth=4)],
-    ids=["eagle", "eagle2"],
+    [
+        Eagle(window=8, tree_width=2, tree_depth=2),
+        Eagle(window=8, tree_width=2, tree_depth=3, chain="jacobi"),
+        Eagle2(tree_width=3, expand=2, tree_depth=4),
+    ],
+    ids=["eagle", "eagle-jacobi", "eagle2"],
 )
 def test_an_image_decodes_alone_as_in_a_batch(drafted, sampler):
     """Each image has its own random streams, and the drafter's rows (and tree) are its own."""
@@ -95,6 +111,9 @@ def test_relaxed_forms_that_claim_nothing_are_eagle(drafted):
         "lantern++:drafter=true,window=8,tree_width=2,tree_depth=2,delta=0",
     ):
         assert torch.equal(_codes(drafted, spec)[0], exact), spec
+    over_jacobi, _ = _codes(drafted, Eagle(window=8, tree_width=2, tree_depth=2, chain="jacobi"))
+    spec = "lantern++:drafter=true,chain=jacobi,window=8,tree_width=2,tree_depth=2,lam=1"
+    assert torch.equal(_codes(drafted, spec)[0], over_jacobi)
     dynamic, _ = _codes(drafted, Eagle2(tree_width=3, expand=2, tree_depth=4))
     spec = "lantern:drafter=true,tree_width=3,expand=2,tree_depth=4,delta=0"
     assert torch.equal(_codes(drafted, spec)[0], dynamic)
@@ -143,3 +162,12 @@ def test_stats_count_the_drafter_forwards(drafted):
     assert stats[0].extra["drafter_forwards"] > stats[0].forward_passes
     _, plain = _codes(drafted, "sjd-pac:window=8,tree_width=2,tree_depth=2", seeds=(0,))
     assert "drafter_forwards" not in plain[0].extra
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_over_jacobi_drafts_the_drafter_runs_once_per_tree_depth(drafted, depth):
+    """Per image: one catch-up and `depth - 2` forwards along the main chain before every window the target
+    verifies (its forwards less the prefill); after the last, the catch-up alone."""
+    _, stats = _codes(drafted, Eagle(window=8, tree_width=2, tree_depth=depth, chain="jacobi"), seeds=(0, 1))
+    for image in stats:
+        assert image.extra["drafter_forwards"] == (depth - 1) * (image.forward_passes - 1) + 1

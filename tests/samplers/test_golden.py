@@ -58,6 +58,7 @@ TINY_SPECS = [
     ("eagle", "cfg"),
     ("eagle:window=6,tree_width=2,tree_depth=2", "top_p"),
     ("eagle:window=8,tree_width=2", "greedy"),
+    ("eagle:chain=jacobi,window=9,tree_width=2", "cfg"),
     ("lantern++", "cfg"),
     ("lantern++:drafter=true,k=4,lam=2", "cfg"),
     ("lantern:drafter=true,tree_width=3,expand=2,tree_depth=4,k=4,delta=0.3", "cfg"),

@@ -170,14 +170,17 @@ def test_siblings_are_drawn_without_replacement_and_fall_back_to_uniform():
     assert counts[1] == 0 and (counts[[0, 2, 3, 4]] > 1100).all()
 
 
-def _multi_draft(target, q, width, seed, wrong=None):
-    """One tree depth per draw: the main draft ~ q, `width - 1` siblings without replacement, the first that
-    passes kept, else a draw from the last residual."""
+def _multi_draft(target, q, width, seed, wrong=None, sibling_q=None):
+    """One tree depth per draw: the main draft ~ q, `width - 1` siblings without replacement from
+    `sibling_q` (default `q`), the first that passes kept, else a draw from the last residual."""
     generator = torch.Generator().manual_seed(seed)
     u = torch.rand(DRAWS, 2 * width + 1, generator=generator, dtype=torch.float64)
     t, q = target.expand(DRAWS, -1), q.expand(DRAWS, -1)
+    declared = sibling_q = q if sibling_q is None else sibling_q.expand(DRAWS, -1)
+    if wrong == "siblings declared drawn from q":
+        declared = q
     main = sample(q, u[:, 0])
-    siblings = draw_siblings(q, main, u[:, 1:width])
+    siblings = draw_siblings(sibling_q, main, u[:, 1:width])
     candidates = torch.cat([main[:, None], siblings], 1)
     if wrong == "siblings tested against t":  # no recursive residual: every sibling against the target
         ok = torch.stack(
@@ -186,7 +189,7 @@ def _multi_draft(target, q, width, seed, wrong=None):
         found, rank = ok.any(1), ok.long().argmax(1)
         rest = residual(t, q)
     else:
-        rank, found, rest = verify_siblings(t, q, candidates, u[:, width : 2 * width])
+        rank, found, rest = verify_siblings(t, q, candidates, u[:, width : 2 * width], sibling_q=declared)
     if wrong == "resample from t":
         rest = t
     return torch.where(found, candidates.gather(1, rank[:, None])[:, 0], sample(rest, u[:, -1]))
@@ -207,6 +210,30 @@ def test_recursive_rejection_over_siblings_gives_exactly_the_target(width, seed)
 @pytest.mark.parametrize("wrong", ["siblings tested against t", "resample from t"])
 def test_negative_control_a_wrong_sibling_rule_is_rejected(wrong):
     assert chisquare_p_value(_multi_draft(T, Q, 3, 0, wrong=wrong), T) < 1e-12
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+@pytest.mark.parametrize("seed", range(3))
+def test_siblings_from_another_proposal_give_exactly_the_target(width, seed):
+    """`eagle:chain=jacobi`: the main draft from one proposal (a Jacobi draft's), the siblings without
+    replacement from another (the drafter's), which may put mass where the first has none."""
+    generator = torch.Generator().manual_seed(10 + seed)
+    target, q, other = torch.rand(3, 6, generator=generator, dtype=torch.float64) ** 3
+    target[seed] = 0.0
+    q[(seed + 2) % 6] = 0.0
+    other[(seed + 4) % 6] = 0.0
+    target, q, other = (x / x.sum() for x in (target, q, other))
+    assert chisquare_p_value(_multi_draft(target, q, width, seed, sibling_q=other), target) > 1e-3
+
+
+def test_negative_control_siblings_declared_drawn_from_the_main_proposal_are_rejected():
+    """Siblings drawn from the drafter's proposal but verified as if drawn from the main draft's (here the
+    main proposal leaves a residual with room for the siblings to matter, unlike `T` and `Q`)."""
+    target = torch.tensor([0.35, 0.3, 0.2, 0.1, 0.05], dtype=torch.float64)
+    q, other = target.flip(0), torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)
+    assert chisquare_p_value(_multi_draft(target, q, 3, 0, sibling_q=other), target) > 1e-3
+    codes = _multi_draft(target, q, 3, 0, wrong="siblings declared drawn from q", sibling_q=other)
+    assert chisquare_p_value(codes, target) < 1e-12
 
 
 def test_siblings_raise_acceptance():

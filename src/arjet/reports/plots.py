@@ -7,6 +7,7 @@ save with `figure.savefig(path)`.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -108,6 +109,17 @@ def commit_step_maps(maps: Mapping[str, Sequence[tuple[str, np.ndarray]]]) -> Fi
     return figure
 
 
+def wrap_spec(spec: str, width: int = 20) -> str:
+    """A sampler spec on lines of about `width` characters, broken after its `:` and `,` (a spec has no
+    spaces for `textwrap` to break at, and a long one would run into its neighbour's column)."""
+    lines = [""]
+    for part in re.split(r"(?<=[:,])", spec):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
 def comparison_grid(
     images: Sequence[Sequence[PIL.Image.Image]], row_labels: Sequence[str], column_labels: Sequence[str]
 ) -> Figure:
@@ -127,7 +139,7 @@ def comparison_grid(
     ax = figure.subplots()
     ax.imshow(np.asarray(tiled), interpolation="nearest")
     ax.set_xticks([padding + cell_w * (c + 0.5) - padding / 2 for c in range(len(column_labels))])
-    ax.set_xticklabels(column_labels, fontsize=9)
+    ax.set_xticklabels([wrap_spec(label) for label in column_labels], fontsize=9)
     ax.xaxis.tick_top()
     ax.set_yticks([padding + cell_h * (r + 0.5) - padding / 2 for r in range(len(row_labels))])
     ax.set_yticklabels([textwrap.fill(label, 28) for label in row_labels], fontsize=8)

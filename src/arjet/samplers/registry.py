@@ -164,15 +164,24 @@ LANTERN_PP_WINDOW = Option(
 )
 
 
-def _lantern_pp(drafter: bool = False, window: int | None = None, **options: Any) -> SJDPAC | Eagle:
-    """LANTERN++: LANTERN's rule on a static tree, over a drafter's proposals (`drafter`) or, training-free,
-    over SJD-PAC's Jacobi drafts."""
+CHAIN = next(option for option in options_of(Eagle) if option.name == "chain")
+
+
+def _lantern_pp(
+    drafter: bool = False, window: int | None = None, chain: str = CHAIN.default, **options: Any
+) -> SJDPAC | Eagle:
+    """LANTERN++: LANTERN's rule on a static tree, over a drafter's proposals (`drafter`, on `eagle`'s tree
+    with its `chain`) or, training-free, over SJD-PAC's Jacobi drafts."""
     rule, tree = _split(options, Lantern)
     acceptance = Lantern(**rule)
     if drafter:
         _drafter_form("lantern++", tree, SJDPAC)
         shape = {key: tree[key] for key in ("tree_width", "tree_depth")}
-        return Eagle(window=window or _default(Eagle, "window"), acceptance=acceptance, **shape)
+        return Eagle(window=window or _default(Eagle, "window"), chain=chain, acceptance=acceptance, **shape)
+    if chain != CHAIN.default:
+        raise ValueError(
+            f"chain={chain} chooses what a drafter drafts; lantern++ takes it with drafter=true only"
+        )
     return SJDPAC(window=window or _default(SJDPAC, "window"), acceptance=acceptance, **tree)
 
 
@@ -200,7 +209,7 @@ register("eagle2", Eagle2, options_of(Eagle2))
 register(
     "lantern++",
     _lantern_pp,
-    (*options_of(Lantern), LANTERN_PP_WINDOW, *options_of(SJDPAC, frozenset({"window"})), DRAFTER),
+    (*options_of(Lantern), LANTERN_PP_WINDOW, *options_of(SJDPAC, frozenset({"window"})), DRAFTER, CHAIN),
 )
 register("sjd2", SJD2, options_of(SJD2))
 register("zipar", ZipAR, options_of(ZipAR))

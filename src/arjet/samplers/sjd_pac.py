@@ -266,9 +266,8 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         )
 
         # 1. the window's queries: re-fed committed codes, the root, the main chain, the off-main tree nodes
-        siblings = draw_siblings(
-            drafts.proposals[:, : tree.depth], drafts.codes[:, : tree.depth], sibling_draw[..., 1:]
-        )
+        sibling_q = self.sibling_proposals()
+        siblings = draw_siblings(sibling_q, drafts.codes[:, : tree.depth], sibling_draw[..., 1:])
         candidates = torch.cat([drafts.codes, siblings.flatten(1)], 1)
         query_cells = n[:, None] + tree.offset
         live = torch.where(
@@ -289,7 +288,15 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         # 2. walk the tree, then the main chain beyond it
         rule, context = self.sampler.acceptance, RuleContext(session.codebook)
         walk = walk_tree(
-            t, drafts, siblings=siblings, valid=valid, u=sibling_accept, tree=tree, rule=rule, context=context
+            t,
+            drafts,
+            siblings=siblings,
+            sibling_q=sibling_q,
+            valid=valid,
+            u=sibling_accept,
+            tree=tree,
+            rule=rule,
+            context=context,
         )
         beyond = self.main_nodes[tree.depth + 1 :].expand(n.shape[0], -1)
         line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
@@ -339,6 +346,11 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         the node whose output predicted each window position; `guess [B, M]` uniforms."""
         self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
         self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
+
+    def sibling_proposals(self) -> torch.Tensor:
+        """`[B, D, V]`: the proposal each tree depth's siblings are drawn from (without replacement, after the
+        main draft): the main draft's own proposal here."""
+        return self.drafts.proposals[:, : self.tree.depth]
 
     def tracks_top1(self) -> bool:
         """Whether the latest argmax of every cell is kept (for the `init` schemes that read it)."""
@@ -391,13 +403,14 @@ def walk_tree(
     valid: torch.Tensor,
     u: torch.Tensor,
     tree: TreeLayout,
+    sibling_q: torch.Tensor | None = None,
     rule: AcceptanceRule | None = None,
     context: RuleContext | None = None,
 ) -> Walk:
     """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
     order (`verify_siblings`, with `rule`: exact by default) and the first that passes extends the path.
-    `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]`; `valid [B, M]`;
-    `u [B, D, K]`."""
+    `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]` drawn from
+    `sibling_q [B, D, V]` (default: the main drafts' proposals); `valid [B, M]`; `u [B, D, K]`."""
     batch = t.shape[0]
     node = torch.zeros(batch, dtype=torch.long, device=t.device)
     alive = torch.ones(batch, dtype=torch.bool, device=t.device)
@@ -410,7 +423,13 @@ def walk_tree(
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
         candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
         rank, found, left = verify_siblings(
-            target, drafts.proposals[:, j], candidates, u[:, j], rule=rule, context=context
+            target,
+            drafts.proposals[:, j],
+            candidates,
+            u[:, j],
+            sibling_q=None if sibling_q is None else sibling_q[:, j],
+            rule=rule,
+            context=context,
         )
         passed = usable & found
         failed = usable & ~found
@@ -454,22 +473,28 @@ def verify_siblings(
     candidates: torch.Tensor,
     u: torch.Tensor,
     *,
+    sibling_q: torch.Tensor | None = None,
     rule: AcceptanceRule | None = None,
     context: RuleContext | None = None,
     point_masses: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
-    drawn without replacement, see `sibling_proposal`) against `target [..., V]`, uniforms `u [..., K]`.
+    drawn without replacement from `sibling_q [..., V]`, default `q`, see `sibling_proposal`) against
+    `target [..., V]`, uniforms `u [..., K]`.
     Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
     t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
     (what the depth draws from when none passed); the committed code is then distributed exactly as
-    `target`. With `point_masses` the candidates are distinct fixed codes (not draws, e.g. the drafter's
+    `target`. That needs only each candidate to be a draw from its `r_k` given the candidates before it, so
+    the siblings may come from another proposal than the main draft (`eagle:chain=jacobi`: a drafter's);
+    leaving the main draft out of their draws loses nothing, as `t_1` has no mass at a rejected main draft.
+    With `point_masses` the candidates are distinct fixed codes (not draws, e.g. the drafter's
     most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
     `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
     relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
     is then within the rule's bound of `target`, not exact."""
     rule = rule or Exact()
     context = context or RuleContext()
+    sibling_q = q if sibling_q is None else sibling_q
     drawn = torch.zeros_like(q, dtype=torch.bool)
     rank = torch.zeros(candidates.shape[:-1], dtype=torch.long, device=q.device)
     found = torch.zeros_like(rank, dtype=torch.bool)
@@ -478,7 +503,7 @@ def verify_siblings(
         if point_masses:
             proposal = _marked(torch.zeros_like(drawn), code).to(q.dtype)
         else:
-            proposal = q if k == 0 else sibling_proposal(q, drawn)
+            proposal = q if k == 0 else sibling_proposal(sibling_q, drawn)
         t_x, rest = rule.verify(target, proposal, code, context)
         q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
         ok = ~found & (u[..., k] * q_x < t_x)
