@@ -37,7 +37,7 @@ def test_every_sampler_makes_an_image(shapes, sampler):
     assert out.stats[0].forward_passes <= 256
 
 
-def test_the_shipped_drafters_siblings_pass_where_jacobi_siblings_do_not(shapes):
+def test_the_shipped_drafters_siblings_save_target_forwards_over_jacobi_siblings(shapes):
     """On the same window and tree as `sjd-pac`, the drafter's proposals for the siblings (its trained guess
     from the committed codes) save target forwards over Jacobi ones (13% on the 200 evaluation prompts)."""
     prompts = [item["prompt"] for item in heldout_set(4)]
@@ -45,7 +45,7 @@ def test_the_shipped_drafters_siblings_pass_where_jacobi_siblings_do_not(shapes)
         spec: sum(s.forward_passes for s in shapes(prompts, sampler=spec, seed=[0, 1, 2, 3]).stats)
         for spec in ("sjd-pac", "eagle:chain=jacobi,window=64")
     }
-    assert passes["eagle:chain=jacobi,window=64"] < 0.9 * passes["sjd-pac"], passes
+    assert passes["eagle:chain=jacobi,window=64"] < 0.95 * passes["sjd-pac"], passes  # 0.80 here
 
 
 def test_sjd2_runs_on_its_fine_tuned_variant():

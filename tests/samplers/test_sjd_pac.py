@@ -176,9 +176,8 @@ def _multi_draft(target, q, width, seed, wrong=None, sibling_q=None):
     generator = torch.Generator().manual_seed(seed)
     u = torch.rand(DRAWS, 2 * width + 1, generator=generator, dtype=torch.float64)
     t, q = target.expand(DRAWS, -1), q.expand(DRAWS, -1)
-    declared = sibling_q = q if sibling_q is None else sibling_q.expand(DRAWS, -1)
-    if wrong == "siblings declared drawn from q":
-        declared = q
+    sibling_q = q if sibling_q is None else sibling_q.expand(DRAWS, -1)
+    declared = q if wrong == "siblings declared drawn from q" else sibling_q
     main = sample(q, u[:, 0])
     siblings = draw_siblings(sibling_q, main, u[:, 1:width])
     candidates = torch.cat([main[:, None], siblings], 1)

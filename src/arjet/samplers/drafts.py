@@ -193,21 +193,26 @@ def refill_window(
 
 class GuessesFreshSlots:
     """For a stepper with one window of Jacobi drafts per image (`drafts`, the next cell `n [B]`, the latest
-    argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options): initial guesses, with the
-    proposals they were drawn from, for its `fresh [B, S]` slots inside the image, drawn with the uniforms
-    `u`."""
+        argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options, or a `guess_scheme` of its
+    own): initial guesses, with the
+        proposals they were drawn from, for its `fresh [B, S]` slots inside the image, drawn with the uniforms
+        `u`."""
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         refill_window(
             self.drafts,
             self.n,
             self.decode,
-            scheme=self.sampler.init,
+            scheme=self.guess_scheme(),
             fresh=fresh,
             top1=self.top1,
             u=u,
             uniform=self.sampler.acceptance.uniform_guesses,
         )
+
+    def guess_scheme(self) -> str:
+        """How new draft slots are guessed: the sampler's `init`."""
+        return self.sampler.init
 
 
 def guess_proposal(codes: torch.Tensor, drawn: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -21,8 +21,8 @@ exact (`arjet.samplers.lantern` says what each form guarantees).
 `chain="jacobi"` keeps the target's own drafts on the main chain: `sjd-pac`'s Jacobi re-drafts with MC-SJD's
 coupling (new slots guessed at random), which on image codes reach far past where a drafter's chain stops
 being accepted; the drafter proposes only the tree's siblings, at depth 1 from the committed codes (its
-best-informed proposal, where a Jacobi draft is most often rejected) and at depth `j` along the main chain's
-drafts. The siblings are tried after the main draft against its residual (`verify_siblings`), and every
+best-informed proposal, where a Jacobi draft is most often rejected) and at depth `j` run along the main
+chain's drafts of the depths before `j`, so never from a code it proposes a sibling of. The siblings are tried after the main draft against its residual (`verify_siblings`), and every
 proposal is again fixed before its draw: exact as well. On the built-in model it commits 1.15x `sjd-pac`'s
 codes per target forward on the same window and tree (the README has the measurements).
 
@@ -76,7 +76,6 @@ class Eagle(TreeSampler):
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "eagle"
     requires: ClassVar[frozenset[str]] = frozenset({"drafter"})
-    init: ClassVar[str] = "random"  # the initial guess of a Jacobi slot new to the window (chain="jacobi")
 
     def stepper(self, decode: Decode) -> DrafterStepper:
         if decode.session.drafter is None:
@@ -97,6 +96,9 @@ class DrafterStepper(TreeStepper):
         self.jacobi = sampler.chain == "jacobi"
         batch, vocab = self.n.shape[0], decode.session.vocab_size
         self.sibling_q = torch.zeros(batch, self.tree.depth, vocab, device=self.n.device)
+
+    def guess_scheme(self) -> str:
+        return "random"  # a Jacobi chain's new slots (eagle takes no init: drafter chains guess nothing)
 
     def tracks_top1(self) -> bool:
         return False
@@ -121,8 +123,9 @@ class DrafterStepper(TreeStepper):
     def redraft(
         self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor
     ) -> None:
-        """Catch up on the cells this step committed (the target's hidden state at the node that predicted
-        each, with its code), then draft from the last one's output."""
+        """With Jacobi drafts, re-draft the chain from this step's outputs first. Then catch up on the cells
+        this step committed (the target's hidden state at the node that predicted each, with its code) and
+        draft from the last one's output: the chain, or the siblings' proposals along the Jacobi chain."""
         if self.jacobi:
             super().redraft(outcome, active=active, line=line, guess=guess)
         start = self.n - outcome.advanced
@@ -140,7 +143,7 @@ class DrafterStepper(TreeStepper):
         u = None if self.jacobi else self.decode.random.uniform(slots)
         for j in range(slots):
             q = self.decode.policy.probs(logits)
-            if u is None:
+            if self.jacobi:
                 self.sibling_q[:, j] = q
                 code = drafts.codes[:, j]
             else:
