@@ -193,10 +193,9 @@ def refill_window(
 
 class GuessesFreshSlots:
     """For a stepper with one window of Jacobi drafts per image (`drafts`, the next cell `n [B]`, the latest
-        argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options, or a `guess_scheme` of its
-    own): initial guesses, with the
-        proposals they were drawn from, for its `fresh [B, S]` slots inside the image, drawn with the uniforms
-        `u`."""
+    argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options, or a `guess_scheme` of its
+    own): initial guesses, with the proposals they were drawn from, for its `fresh [B, S]` slots inside the
+    image, drawn with the uniforms `u`."""
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         refill_window(

@@ -22,9 +22,10 @@ exact (`arjet.samplers.lantern` says what each form guarantees).
 coupling (new slots guessed at random), which on image codes reach far past where a drafter's chain stops
 being accepted; the drafter proposes only the tree's siblings, at depth 1 from the committed codes (its
 best-informed proposal, where a Jacobi draft is most often rejected) and at depth `j` run along the main
-chain's drafts of the depths before `j`, so never from a code it proposes a sibling of. The siblings are tried after the main draft against its residual (`verify_siblings`), and every
-proposal is again fixed before its draw: exact as well. On the built-in model it commits 1.15x `sjd-pac`'s
-codes per target forward on the same window and tree (the README has the measurements).
+chain's drafts of the depths before `j`, so never from a code it proposes a sibling of. The siblings are
+tried after the main draft against its residual (`verify_siblings`), and every proposal is again fixed
+before its draw: exact as well. On the built-in model it commits 1.15x `sjd-pac`'s codes per target forward
+on the same window and tree (the README has the measurements).
 
 Drafter cost per target forward: one catch-up forward and `window - tree nodes + tree_depth - 2` chain
 forwards (`tree_depth - 2` with `chain="jacobi"`), each of one input per CFG row

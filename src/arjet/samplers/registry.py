@@ -125,8 +125,12 @@ DRAFTER = Option(
 _JACOBI_ONLY = ("init", "coupling")  # options of Jacobi drafts, which a drafter's proposals replace
 
 
+def _option(part: type, name: str) -> Option:
+    return next(option for option in options_of(part) if option.name == name)
+
+
 def _default(part: type, name: str) -> Any:
-    return next(option.default for option in options_of(part) if option.name == name)
+    return _option(part, name).default
 
 
 def _drafter_form(name: str, options: dict[str, Any], jacobi: type, also: tuple[str, ...] = ()) -> None:
@@ -164,7 +168,7 @@ LANTERN_PP_WINDOW = Option(
 )
 
 
-CHAIN = next(option for option in options_of(Eagle) if option.name == "chain")
+CHAIN = _option(Eagle, "chain")
 
 
 def _lantern_pp(
