@@ -3,13 +3,25 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `arjet` runs: a core that turns busy costs little
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+from arjet import machine  # noqa: E402
+from arjet.pipelines.threads import PROCESS_THREADS  # noqa: E402
+
+# Every pipeline call of the test process runs on one fixed count, as under the command line's `--threads`:
+# a call otherwise takes one thread per core other processes leave free, and two calls compared pixel for
+# pixel (or code for code) would then round float32 sums differently whenever the machine's load changed
+# between them. The count is chosen once, as `arjet` chooses it (one per core other processes leave free,
+# at most two), so that the suite beside busy processes runs at the speed of the cores it has. Tests of that
+# choice unpin it themselves (tests/pipelines/test_threads.py).
+TEST_THREADS = min(2, machine.THREADS.choose())
 
 from families import FAMILIES  # noqa: E402
+
+PROCESS_THREADS.pin(TEST_THREADS)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,6 +32,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fixed_threads():
+    """The fixed count again after a test that changed it (an in-process `arjet` command pins its own)."""
+    yield
+    if torch.get_num_threads() != TEST_THREADS or not PROCESS_THREADS.pinned:
+        PROCESS_THREADS.pin(TEST_THREADS)
 
 
 @pytest.fixture(params=FAMILIES)

@@ -76,3 +76,25 @@ def chisquare_p_value(codes: torch.Tensor, expected: torch.Tensor) -> float:
     return float(
         scipy_stats.chisquare(counts[support].numpy(), (expected[support] * len(codes)).numpy()).pvalue
     )
+
+
+def two_sample_p_value(first: torch.Tensor, second: torch.Tensor, min_count: int = 10) -> float:
+    """Whether two independent samples of codes `[S, N]` share their distribution at every position: the
+    smallest of the N positions' two-sample chi-square p-values, times N (Bonferroni, capped at 1)."""
+    vocab = int(max(first.max(), second.max())) + 1
+    p_values = [
+        _same_codes_p_value(first[:, k], second[:, k], vocab, min_count) for k in range(first.shape[1])
+    ]
+    return min(1.0, min(p_values) * len(p_values))
+
+
+def _same_codes_p_value(first: torch.Tensor, second: torch.Tensor, vocab: int, min_count: int) -> float:
+    """Two-sample chi-square p-value of one position's codes; codes drawn fewer than `min_count` times in
+    both samples together are pooled into one column."""
+    table = torch.stack([torch.bincount(s, minlength=vocab) for s in (first, second)]).numpy()
+    rare = table.sum(0) < min_count
+    table = np.column_stack([table[:, ~rare], table[:, rare].sum(1)])
+    table = table[:, table.sum(0) > 0]  # the pooled column is empty when no code was rare
+    if table.shape[1] < 2:
+        return 1.0  # both samples drew one and the same code
+    return float(scipy_stats.chi2_contingency(table, correction=False).pvalue)

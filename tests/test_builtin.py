@@ -28,6 +28,55 @@ def test_load_gives_a_float32_janus_pipeline(shapes):
         arjet.load("nope")
 
 
+def test_load_refuses_keywords_it_does_not_take_naming_what_it_takes():
+    with pytest.raises(
+        ValueError,
+        match="unexpected argument.s. bogus= for loading a JanusPipeline; it takes strict, dtype, .*drafter",
+    ):
+        arjet.load(bogus=1)
+    with pytest.raises(ValueError, match="unexpected argument.s. colour=, size= for loading"):
+        arjet.ARPipeline.from_pretrained("shapes", size=2, colour="red")
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cuda", "this machine has no CUDA GPU; use cpu"),
+        ("cuda:99", "CUDA GPU"),
+        ("tpu", "is not a torch device"),
+        ("cpu:x", "is not a torch device"),
+    ],
+)
+def test_load_names_a_device_this_machine_lacks_before_loading(device, message, monkeypatch):
+    if device == "cuda" and torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(arjet.ARPipeline, "from_pretrained", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(ValueError, match=f"device '{device}'.*{message}"):
+        arjet.load(device=device)
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "message"),
+    [
+        ("model/model.safetensors", lambda data: data[:1000], "is not a readable safetensors file"),
+        ("drafter/config.json", lambda data: b"[" * 100_000, "holds JSON nested deeper than 64 levels"),
+    ],
+    ids=["weights-cut-short", "nested-config"],
+)
+def test_load_model_names_a_damaged_file_of_a_local_folder(file, damage, message, tmp_path):
+    """What the command line says for `--model` (`arjet.cli.options.check_model_arguments`), the library
+    says too: the folder and the file, from the headers, before any component loads."""
+    import shutil
+
+    from arjet.builtin import load_model
+
+    folder = tmp_path / "shapes"
+    shutil.copytree(assets_dir() / "shapes", folder)
+    (folder / file).write_bytes(damage((folder / file).read_bytes()))
+    with pytest.raises(ValueError, match=f"the checkpoint '{folder}': {folder / file} {message}"):
+        load_model(str(folder))
+
+
 @pytest.mark.parametrize(
     "sampler", ["ar", "sjd", "mc-sjd", "zipar", "zipar+sjd", "lantern:k=16,delta=0.1", "zipar+lantern:k=16"]
 )

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,10 @@ def test_valid_values_pass_through():
     assert checks.optional_integer("w", None, 1) is None
 
 
-@pytest.mark.parametrize("text", ["1_6", "\uff18", "\u0661\u0666", "0x10", "16.0", "", " "])
+@pytest.mark.parametrize("text", ["1_6", "\uff18", "\u0661\u0666", "0x10", "16.0", "", " ", "1" * 5000])
 def test_integers_are_read_from_ascii_digits_only(text):
-    """Python's int() takes "1_6" and other scripts' digits; a command line or a spec must not."""
+    """Python's int() takes "1_6" and other scripts' digits; a command line or a spec must not. 5,000 digits:
+    more than Python converts, so no bound could admit it."""
     assert checks.integer_from_text(text) is None
 
 
@@ -75,6 +77,93 @@ def test_cuda_devices_must_exist_here():
         with pytest.raises(ValueError, match="this machine has no CUDA GPU; use cpu"):
             checks.check_device("cuda")
     assert checks.check_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("text", ["cpu:99", "cpu:1"])
+def test_a_cpu_has_one_device_index(text):
+    """torch takes `cpu:99` and runs on the one CPU anyway: a typo (or a GPU's index) is refused, naming what
+    there is."""
+    kind = text.partition(":")[0]
+    with pytest.raises(ValueError, match=f"device '{text}': this machine has one {kind} device, {kind} "):
+        checks.check_device(text)
+    assert checks.check_device("cpu:0") == "cpu:0"
+
+
+def test_json_values_are_read_with_their_errors_named():
+    assert checks.json_value(b'{"a": [1, {"b": "[[[["}]}', "x") == {"a": [1, {"b": "[[[["}]}
+    assert checks.json_depth(checks.json_value('[[["]]]]]"]], {"a": []}]', "x")) == 3  # not in strings
+    assert checks.json_depth(7) == 0 and checks.json_depth({}) == 1
+    deep = "[" * checks.MAX_JSON_DEPTH + "]" * checks.MAX_JSON_DEPTH
+    assert checks.json_value(deep, "x") is not None
+    cases = [
+        ("[" * 100_000 + "]" * 100_000, "the file holds JSON nested deeper than 64 levels"),
+        ('{"a": ' * 2000 + "1" + "}" * 2000, "the file holds JSON nested deeper than 64 levels"),
+        ('{"a": 1', "the file is not valid JSON (Expecting ',' delimiter at column 8)"),
+        ("{}\n{", "the file is not valid JSON (Extra data at line 2, column 1)"),
+        (b"\xff{}", "the file is not UTF-8 text (the byte 0xff at offset 0)"),
+        ("1" * 5000, "the file is not JSON that arjet can read (Exceeds the limit"),
+    ]
+    for data, message in cases:
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
+            checks.json_value(data, "the file")
+
+
+def test_json_files_are_read_by_name(tmp_path):
+    (tmp_path / "ok.json").write_text('{"a": 1}')
+    assert checks.read_json(tmp_path / "ok.json") == {"a": 1}
+    (tmp_path / "deep.json").write_text("[" * 3000 + "]" * 3000)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'deep.json'} holds JSON nested deeper")):
+        checks.read_json(tmp_path / "deep.json")
+    with pytest.raises(FileNotFoundError):
+        checks.read_json(tmp_path / "missing.json")
+    (tmp_path / "lines.jsonl").write_text('{"a": 1}\n\n[2]\n' + "[" * 70 + "]" * 70 + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'lines.jsonl'}, line 4 holds JSON nested")):
+        checks.read_json_lines(tmp_path / "lines.jsonl")
+    (tmp_path / "lines.jsonl").write_text('{"a": 1}\n\n[2]\n')
+    assert checks.read_json_lines(tmp_path / "lines.jsonl") == [{"a": 1}, [2]]  # blank lines skipped
+
+
+def _checkpoint(folder: Path) -> Path:
+    from safetensors.torch import save_file
+
+    (folder / "model").mkdir(parents=True)
+    (folder / "model_index.json").write_text('{"model": ["transformers", "X"]}')
+    (folder / "model" / "config.json").write_text('{"hidden_size": 8}')
+    save_file({"w": torch.zeros(64, 64)}, str(folder / "model" / "model.safetensors"))
+    torch.save({"w": torch.zeros(64, 64)}, folder / "model" / "extra.bin")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda f: (f / "model_index.json").write_text("[" * 5000),
+            "model_index.json holds JSON nested deeper",
+        ),
+        (
+            lambda f: (f / "model" / "config.json").write_text('{"a": ' * 3000),
+            "config.json holds JSON nested",
+        ),
+        (lambda f: (f / "model" / "config.json").write_text("{"), "config.json is not valid JSON"),
+        (
+            lambda f: _truncate(f / "model" / "model.safetensors"),
+            "model.safetensors is not a readable safetensors",
+        ),
+        (lambda f: _truncate(f / "model" / "extra.bin"), "extra.bin is a torch file cut short or damaged"),
+    ],
+    ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip"],
+)
+def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
+    folder = _checkpoint(tmp_path / "model")
+    checks.check_checkpoint_files("--model", folder)  # whole: nothing to say
+    damage(folder)
+    with pytest.raises(ValueError, match=f"^--model '{re.escape(str(folder))}': .*{re.escape(message)}"):
+        checks.check_checkpoint_files("--model", folder)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def test_output_paths(tmp_path):
@@ -147,8 +236,14 @@ def test_an_existing_file_that_cannot_be_written_is_refused(tmp_path, monkeypatc
 def test_an_output_folder_can_be_required_empty(tmp_path):
     assert checks.output_dir("--out", tmp_path, empty=True) == tmp_path
     (tmp_path / "x").write_text("")
-    with pytest.raises(ValueError, match="is a folder that is not empty; give a new or empty folder"):
+    with pytest.raises(
+        ValueError, match=r"is a folder that is not empty \(it holds x\); give a new or empty"
+    ):
         checks.output_dir("--out", tmp_path, empty=True)
+    for name in "abcde":
+        (tmp_path / name).write_text("")
+    with pytest.raises(ValueError, match=r"\(it holds [a-x, ]+, \.\.\.\); the reason; give a new or empty"):
+        checks.output_dir("--out", tmp_path, empty=True, why_empty="the reason")
 
 
 def test_text_refuses_lone_surrogates_by_position():

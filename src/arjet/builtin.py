@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import checks
 from .pipelines.loading import assets_dir
 
 DEFAULT_MODEL = "shapes"
@@ -31,7 +32,10 @@ def load(name: str = DEFAULT_MODEL, **kwargs: Any):
     """The ready pipeline of built-in model `name` (default: the shapes model), e.g. `arjet.load()("a red circle")`.
 
     The weights are stored in bfloat16 to keep the package small; they are loaded as float32 unless
-    `dtype=` says otherwise (float32 is faster on CPU and exact for the statistical tests)."""
+    `dtype=` says otherwise (float32 is faster on CPU and exact for the statistical tests). `device=` moves
+    the pipeline there (a ValueError says what this machine has when it has no such device); any other
+    keyword is `from_pretrained`'s (`strict=`, a component such as `drafter=`), and one it does not take is a
+    ValueError naming it."""
     return load_model(str(model_path(name)), **kwargs)
 
 
@@ -42,6 +46,8 @@ def load_model(name_or_path: str | None, *, device: str | None = None, dtype: An
     from .pipelines import ARPipeline
     from .pipelines.loading import torch_dtype
 
+    if device is not None:
+        checks.check_device(device)  # before loading: torch's own error comes only at `.to(device)`
     path = resolve_model(name_or_path)
     if dtype is not None:
         kwargs["dtype"] = torch_dtype(dtype)

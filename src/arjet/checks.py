@@ -8,6 +8,7 @@ argument --NAME: ...` with exit status 2, before anything is loaded.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -153,7 +154,12 @@ _NUMBER_TEXT = re.compile(
 def integer_from_text(text: str) -> int | None:
     """The integer `text` spells in ASCII digits (an optional sign, surrounding spaces allowed), else None."""
     stripped = text.strip()
-    return int(stripped) if _INTEGER_TEXT.fullmatch(stripped) else None
+    if not _INTEGER_TEXT.fullmatch(stripped):
+        return None
+    try:
+        return int(stripped)
+    except ValueError:  # more digits than Python converts (4,300): no bound admits it anyway
+        return None
 
 
 def integers_from_text(text: str) -> list[int] | None:
@@ -168,6 +174,72 @@ def number_from_text(text: str) -> float:
     return float(stripped) if _NUMBER_TEXT.fullmatch(stripped) else math.nan
 
 
+# -- JSON from files arjet did not write (or that anyone may have edited) ----------------------------------
+# Python's parser recurses once per nested array or object and fails with a RecursionError near 1,000
+# levels; what reads the value afterwards (comparisons, copies, transformers' configs) recurses too. No
+# config, record or index arjet reads nests beyond a handful of levels.
+MAX_JSON_DEPTH = 64
+
+
+def json_value(data: str | bytes, where: str) -> Any:
+    """The value of the JSON document `data` (a file's contents, a line of a log); a ValueError naming
+    `where` for anything else: bytes that are not UTF-8, text that is not JSON, arrays or objects nested
+    deeper than `MAX_JSON_DEPTH`, a number Python will not read (more than 4,300 digits)."""
+    import json
+
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{where} is not UTF-8 text (the byte 0x{data[error.start]:02x} at offset {error.start})"
+            ) from None
+    too_deep = ValueError(
+        f"{where} holds JSON nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects, which no file "
+        "arjet reads has"
+    )
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError as error:
+        line = f"line {error.lineno}, " if error.lineno > 1 else ""
+        raise ValueError(f"{where} is not valid JSON ({error.msg} at {line}column {error.colno})") from None
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as error:
+        raise ValueError(f"{where} is not JSON that arjet can read ({error})") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise too_deep
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How deep lists and dicts nest in `value` (a scalar: 0), counted level by level without recursion."""
+    depth, level = 0, [value] if isinstance(value, (list, dict)) else []
+    while level:
+        depth += 1
+        level = [
+            item
+            for container in level
+            for item in (container.values() if isinstance(container, dict) else container)
+            if isinstance(item, (list, dict))
+        ]
+    return depth
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value in the file `path` (`json_value`'s ValueError, naming the file, for anything else);
+    OSError for a file that cannot be read."""
+    return json_value(Path(path).read_bytes(), str(path))
+
+
+def read_json_lines(path: str | os.PathLike) -> list[Any]:
+    """The values of a JSON-lines file, one per line that is not blank (`json_value`'s ValueError naming
+    the file and the line for anything else); OSError for a file that cannot be read."""
+    lines = enumerate(Path(path).read_bytes().splitlines(), 1)
+    return [json_value(line, f"{path}, line {number}") for number, line in lines if line.strip()]
+
+
+# -- devices -------------------------------------------------------------------------------------------
 def check_device(text: Any, name: str = "device") -> str:
     """`text` if it names a torch device present on this machine; ValueError saying what is there."""
     import torch
@@ -189,7 +261,64 @@ def check_device(text: Any, name: str = "device") -> str:
             raise ValueError(f"{name} {text!r}: MPS is not available on this machine; use cpu")
     elif device.type != "cpu":
         raise ValueError(f"{name} {text!r} is not supported; use cpu or cuda")
+    if device.type in ("cpu", "mps") and device.index not in (None, 0):
+        # torch takes "cpu:99" and runs on the one CPU device anyway: a typo, or a GPU index meant for cuda
+        raise ValueError(
+            f"{name} {text!r}: this machine has one {device.type} device, {device.type} (or {device.type}:0)"
+        )
     return str(text)
+
+
+# -- checkpoint folders --------------------------------------------------------------------------------
+# transformers, diffusers and open_clip read a folder's files deep inside their loaders, where a file cut
+# short or malformed ends as the library's own exception (safetensors' "incomplete metadata", a
+# RecursionError from JSON) and a traceback. Checked first, each file by name, from its header only.
+TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
+    """Refuse a checkpoint folder whose files (its own and its component folders', one level down) a loader
+    could not read: a JSON file `json_value` refuses, a safetensors file whose header is unreadable or
+    describes more bytes than the file holds (cut short), a torch zip file without its directory (cut
+    short). ValueError naming `name`, the folder and the file. Reads headers only, never a tensor."""
+    root = Path(folder).expanduser()
+    for path in sorted([*root.glob("*"), *root.glob("*/*")]):
+        suffix = path.suffix.lower()
+        if not path.is_file() or suffix not in (".json", ".safetensors", *TORCH_ZIP_SUFFIXES):
+            continue
+        try:
+            if suffix == ".json":
+                read_json(path)
+            elif suffix == ".safetensors":
+                _check_safetensors_header(path)
+            else:
+                _check_torch_zip(path)
+        except ValueError as error:
+            raise ValueError(f"{name} {str(folder)!r}: {error}") from None
+
+
+def _check_safetensors_header(path: Path) -> None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy"):
+            pass
+    except Exception as error:  # safetensors raises its own SafetensorError for any malformed file
+        raise ValueError(f"{path} is not a readable safetensors file ({error})") from None
+
+
+def _check_torch_zip(path: Path) -> None:
+    """A torch file in the zip layout (torch >= 1.6) must end with the zip directory; an older layout (a
+    bare pickle) has no header to check."""
+    import zipfile
+
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            return
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ValueError(f"{path} is a torch file cut short or damaged ({error})") from None
 
 
 # -- output paths -------------------------------------------------------------------------------------
@@ -250,10 +379,11 @@ def output_file(
     return target
 
 
-def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None) -> Path:
+def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None, why_empty: str = "") -> Path:
     """The path of a folder a command will write into, checked before any work: an existing folder where a
     file can be created (with `empty`, holding nothing yet), or a new one whose nearest existing parent is
-    such a folder (the command makes it, with any missing parents). `shown`: the value to name in errors."""
+    such a folder (the command makes it, with any missing parents). `shown`: the value to name in errors;
+    `why_empty`: said when a folder that must be empty is not."""
     path = _path(name, value)
     shown = value if shown is None else shown
     if path.exists():
@@ -261,9 +391,12 @@ def output_dir(name: str, value: Any, *, empty: bool = False, shown: Any = None)
             raise ValueError(
                 f"{name} {str(shown)!r} is a file, not a folder; give a folder (new or empty) instead"
             )
-        if empty and any(path.iterdir()):
+        held = sorted(entry.name for entry in itertools.islice(path.iterdir(), 5)) if empty else []
+        if held:
+            listed = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
             raise ValueError(
-                f"{name} {str(shown)!r} is a folder that is not empty; give a new or empty folder"
+                f"{name} {str(shown)!r} is a folder that is not empty (it holds {listed}); "
+                f"{why_empty + '; ' if why_empty else ''}give a new or empty folder"
             )
         _check_can_create(name, shown, path)
         return path

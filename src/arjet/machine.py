@@ -1,9 +1,11 @@
 """What this machine has to give: free memory on a device, the memory a model would take (counted from its
-config on the meta device, before anything is allocated), the CPU cores this process may use and how many
-of them other processes keep busy; and helper processes that end with the process that started them.
+config on the meta device, before anything is allocated), the CPU cores this process may use, how many of
+them other processes keep busy and so how many threads torch should use (`ThreadChooser`, one decision for
+the command line and the pipelines' calls); and helper processes that end with the process that started
+them.
 
-Plain measurements: nothing here reads an environment variable or changes a setting; the command line
-decides threads from these figures, and the loaders refuse a model that cannot fit.
+Plain measurements: nothing here reads an environment variable or changes a setting; the command line and
+the pipelines set threads from these figures, and the loaders refuse a model that cannot fit.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -67,6 +70,19 @@ def check_fits_in_memory(
         )
 
 
+def bfloat16_is_fast(device: Any) -> bool:
+    """Whether `device` runs bfloat16 kernels natively, so that bfloat16 autocast speeds work up: a CUDA device
+    with bfloat16 support, or a CPU whose torch kernels use AVX-512 (with AVX2 or less, torch emulates
+    bfloat16 and is slower than in float32; some of its bfloat16 CPU kernels also fail there, e.g. the
+    attention's `pack_vnni2` under `ATEN_CPU_CAPABILITY=avx2` on an AVX-512 machine)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
 # -- CPU cores ------------------------------------------------------------------------------------------
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity mask where the system has one)."""
@@ -92,10 +108,15 @@ def cpu_seconds() -> tuple[float, float] | None:
 def others_busy(since: tuple[float, float] | None, seconds: float) -> float | None:
     """Cores kept busy by other processes, on average over the `seconds` since `cpu_seconds()` gave
     `since` (None when either reading is missing)."""
-    now = cpu_seconds()
-    if since is None or now is None or seconds <= 0:
+    return _busy_between(since, cpu_seconds(), seconds)
+
+
+def _busy_between(
+    start: tuple[float, float] | None, end: tuple[float, float] | None, seconds: float
+) -> float | None:
+    if start is None or end is None or seconds <= 0:
         return None
-    return max(0.0, (now[0] - since[0]) - (now[1] - since[1])) / seconds
+    return max(0.0, (end[0] - start[0]) - (end[1] - start[1])) / seconds
 
 
 def busy_cores(interval: float = 0.2) -> float | None:
@@ -104,6 +125,76 @@ def busy_cores(interval: float = 0.2) -> float | None:
     start, began = cpu_seconds(), time.perf_counter()
     time.sleep(interval)
     return others_busy(start, time.perf_counter() - began)
+
+
+# -- CPU threads ------------------------------------------------------------------------------------------
+MIN_SPAN = 0.2  # seconds: a shorter span measures too little (the kernel counts CPU time in 10 ms ticks)
+FREE_SHARE = 0.75  # of a core left free by other processes, for it to count: their load comes and goes
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """`cpu_seconds()` (None off Linux) and when it was read (`time.perf_counter()`)."""
+
+    cpu: tuple[float, float] | None
+    at: float
+
+
+def load_reading() -> LoadReading:
+    return LoadReading(cpu_seconds(), time.perf_counter())
+
+
+def free_threads(cores: int, busy: float | None) -> int:
+    """The threads for torch on `cores` usable cores while other processes keep `busy` cores busy: one per
+    core they leave free (a core counts when at least `FREE_SHARE` of it is free), at least one; every core
+    when the load is unknown (`busy` None).
+
+    Why not torch's default (one thread per core): with two cores and another process busy on one, every
+    parallel region waits for the thread that shares its core; the built-in model took 18 to 63 s per image
+    instead of 1.6 s."""
+    if busy is None:
+        return cores
+    return max(1, min(cores, int(cores - busy + 1 - FREE_SHARE)))
+
+
+def threads_between(start: LoadReading, end: LoadReading, cores: int) -> int:
+    """`free_threads` for the load other processes put on the machine between two readings."""
+    return free_threads(cores, _busy_between(start.cpu, end.cpu, end.at - start.at))
+
+
+class ThreadChooser:
+    """The CPU threads for the next piece of work (a command, a pipeline call), from the load other processes
+    put on the machine since the previous choice (or since this chooser was made: arjet's import), so that
+    choosing adds no wait: only where that span is shorter than `MIN_SPAN` is it waited out, and only for a
+    first choice; later ones keep the previous choice until the span is long enough to measure.
+
+    `read` and `sleep` are the clock (tests pass their own); `restart` begins a new span (a command's
+    start)."""
+
+    def __init__(
+        self, read: Callable[[], LoadReading] = load_reading, sleep: Callable[[float], None] = time.sleep
+    ):
+        self.read, self.sleep = read, sleep
+        self.since = read()
+        self.last: int | None = None
+
+    def restart(self) -> None:
+        self.since = self.read()
+
+    def choose(self) -> int:
+        now = self.read()
+        if now.at - self.since.at < MIN_SPAN:
+            if self.last is not None:
+                return self.last
+            self.sleep(MIN_SPAN - (now.at - self.since.at))
+            now = self.read()
+        self.last = threads_between(self.since, now, usable_cores())
+        self.since = now
+        return self.last
+
+
+# one chooser for the process: the command line and pipeline calls measure the same spans
+THREADS = ThreadChooser()
 
 
 # -- helper processes -----------------------------------------------------------------------------------

@@ -57,6 +57,6 @@ def _load_torch(path: Path, what: str, provide: str):
             f"{path} contains non-tensor Python objects (torch: {detail}) and arjet refuses to unpickle them, "
             f"since unpickling can run arbitrary code; {provide}"
         ) from None
-    except (EOFError, RuntimeError, OSError, ValueError) as error:
+    except Exception as error:  # bytes that are no pickle fail inside the unpickler any way (IndexError, ...)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{path} is not a torch weights file ({reason}); {provide}") from None

@@ -22,6 +22,7 @@ def test_a_good_request_becomes_pipeline_arguments():
 
 def test_sampler_spec_ignores_blank_options():
     assert sampler_spec("zipar", " , ") == "zipar"
+    assert _request(options=None).sampler == "sjd"  # an empty field may come as None
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,15 @@ def test_sampler_spec_ignores_blank_options():
         (dict(prompt="a red \udcff circle"), "The prompt holds U\\+DCFF at character 6, a lone surrogate"),
         (dict(sampler=None), "Unknown sampler None"),
         (dict(options="window=65"), "window=65 is above this demo's limit of 64"),
+        # values of the wrong type, as the page's API may send them: each named
+        (dict(prompt=5), "The prompt must be text, got int: 5"),
+        (dict(prompt=["a red circle"]), r"The prompt must be text, got list: \['a red circle'\]"),
+        (dict(options=["window=8"]), r"The sampler options must be text, got list: \['window=8'\]"),
+        (dict(sampler=5), "Unknown sampler 5"),
+        (dict(seed="x"), "seed must be an integer from 0 to 2147483647, got 'x'"),
+        (dict(guidance_scale="3"), "guidance_scale must be a finite number from 0 to 20, got '3'"),
+        (dict(temperature="hot"), "temperature must be a finite number from 0 to 5, got 'hot'"),
+        (dict(top_k=[1]), r"top_k must be an integer from 0 to 1000000, got \[1\]"),
     ],
 )
 def test_bad_values_are_named(changes, message):

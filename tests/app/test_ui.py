@@ -72,7 +72,7 @@ def test_an_unexpected_failure_gives_a_message_and_the_server_keeps_serving(clie
         (dict(prompt="a red circle " * 40), "at most 300 are allowed"),
         (dict(options="window=0"), "Bad sampler options"),
         (dict(sampler="sjd2"), "sjd2 needs a checkpoint fine-tuned"),
-        (dict(temperature=9.0), "greater than maximum"),
+        (dict(temperature=9.0), "temperature must be a finite number from 0 to 5, got 9.0"),
         (dict(top_k=1.5), "top_k must be an integer from 0 to 1000000, got 1.5"),
         (dict(seed=2.5), "seed must be an integer from 0 to 2147483647, got 2.5"),
     ],
@@ -82,6 +82,63 @@ def test_bad_input_gives_a_message_and_the_server_keeps_serving(client, changes,
         client.predict(*_arguments(**changes), api_name="/generate")
     image, *_ = client.predict(*_arguments(sampler="ar", seed=1), api_name="/generate")
     assert _pixels(image).std() > 10
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(temperature="hot"), "temperature must be a finite number from 0 to 5, got 'hot'"),
+        (dict(seed="x"), "seed must be an integer from 0 to 2147483647, got 'x'"),
+        (dict(top_k="k"), "top_k must be an integer from 0 to 1000000, got 'k'"),
+        (dict(guidance=[3]), r"guidance_scale must be a finite number from 0 to 20, got \[3\]"),
+        (dict(prompt=5), "The prompt must be text, got int: 5"),
+        (dict(options=["window=8"]), "The sampler options must be text"),
+        (dict(sampler=5), "Unknown sampler 5"),
+        (dict(model=["shapes"]), r"Unknown model \['shapes'\]"),
+    ],
+)
+def test_api_fields_of_the_wrong_type_are_named(client, arguments, message):
+    """The page's API gets the field's name, not Gradio's generic error for a value it cannot convert."""
+    fields = dict(arguments)
+    model = fields.pop("model", "shapes")
+    with pytest.raises(AppError, match=message):
+        client.predict(model, *_arguments(**fields)[1:], api_name="/generate")
+
+
+def test_the_sliders_range_is_the_demos_limit():
+    from arjet.app.request import LIMITS
+    from arjet.app.ui import build_demo
+
+    demo = build_demo({"shapes": "shapes"})
+    sliders = {block.label: block for block in demo.blocks.values() if type(block).__name__ == "Slider"}
+    assert (
+        sliders["Temperature (0 = greedy)"].minimum,
+        sliders["Temperature (0 = greedy)"].maximum,
+    ) == LIMITS["temperature"]
+    assert (sliders["CFG scale"].minimum, sliders["CFG scale"].maximum) == LIMITS["guidance_scale"]
+
+
+def test_a_request_the_engine_expects_to_finish_too_late_gets_a_clear_message(monkeypatch):
+    import gradio as gr
+
+    from arjet.app import ui
+    from arjet.engine import Engine, Overloaded
+
+    def overloaded(self, *args, **kwargs):
+        raise Overloaded("expected 42 s", retry_after=7.0, expected_wait=42.0)
+
+    monkeypatch.setattr(Engine, "submit", overloaded)
+    shelf = ui.ModelShelf({"shapes": "shapes"})
+    try:
+        run = ui._run(shelf, "shapes", _arguments()[1:], False, lambda *a, **k: None, 300, ui.Budget(30.0))
+        with pytest.raises(gr.Error) as refused:
+            list(run)
+    finally:
+        shelf.close()
+    assert refused.value.message == (
+        "The demo is busy: your image would take about 42 s, past its time budget of 30 s; "
+        "please try again in 7 s."
+    )
 
 
 def test_words_the_model_does_not_know_are_named_on_the_page(client):

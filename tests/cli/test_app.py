@@ -30,3 +30,48 @@ def test_a_taken_port_is_refused(no_demo, capsys):
         assert main(["app", "--port", str(port)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"arjet app: error: cannot listen on --host 127.0.0.1 --port {port} (")
+
+
+def test_a_model_folder_that_does_not_load_is_refused_before_listening(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ui, "serve", lambda *a, **k: pytest.fail("listened before loading the models"))
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert main(["app", "--model", str(tmp_path), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith(f"arjet app: error: {tmp_path} holds neither model_index.json")
+        and error.count("\n") == 1
+    )
+
+
+def test_a_model_folder_with_a_file_cut_short_is_refused_in_one_line_before_the_demo(
+    no_demo, tmp_path, capsys
+):
+    import shutil
+
+    from arjet.builtin import assets_dir
+
+    shutil.copytree(assets_dir() / "shapes", tmp_path / "cut")
+    weights = tmp_path / "cut" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert main(["app", "--model", "shapes", "--model", str(tmp_path / "cut"), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"arjet app: error: --model '{tmp_path / 'cut'}': {weights} is not a readable safetensors file"
+    )
+    assert error.count("\n") == 1
+
+
+def test_every_engine_is_warmed_up_before_the_demo_listens(monkeypatch):
+    from arjet.engine import Engine
+
+    events = []
+    monkeypatch.setattr(Engine, "warm_up", lambda self, sampler, **k: events.append(("warm", sampler)))
+    monkeypatch.setattr(ui, "serve", lambda demo, host, port: events.append(("serve", port)))
+    assert main(["app", "--model", "shapes", "--device", "cpu", "--port", str(_free_port())]) == 0
+    assert [event[0] for event in events] == ["warm", "serve"] and events[0][1] == "sjd"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -247,3 +247,22 @@ def test_bench_warns_in_one_line_when_its_seconds_are_not_trustworthy(tmp_path, 
     assert any(
         "other processes kept 1.5 of the 2 cores busy while this ran on 1 thread(s)" in w for w in warned
     )
+
+
+@pytest.mark.parametrize("extra", [[], ["--concurrency", "1"], ["--json"]], ids=["table", "engine", "json"])
+def test_bench_warns_when_others_keep_the_one_other_core_busy(extra, tmp_path, monkeypatch, capsys):
+    """Issue 33: a load average of 4.2 on 2 cores gave no warning. With the bench on 1 thread, the others
+    kept the other core busy (1.0 of 2): that is a busy machine too, on every path of the command."""
+    from arjet import machine
+
+    tiny_pipeline("janus", grid=(2, 2), vocab_size=8).save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: 1.0)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
+    argv = ["bench", "--model", str(tmp_path / "model"), "--n", "2", "--samplers", "ar", "--threads", "1"]
+    assert main([*argv, *extra]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "other processes kept" in line]
+    assert warned == [
+        "arjet bench: warning: other processes kept 1.0 of the 2 cores busy while this ran on 1 thread(s): the "
+        "seconds and latency speedups measure the machine's load as much as the samplers; rerun when the "
+        "machine is quiet"
+    ]

@@ -1,5 +1,7 @@
 """`arjet convert-drafter`: LANTERN's folder in, an arjet drafter folder out, errors as one line."""
 
+import json
+
 from lantern_official import official_folder, official_state
 
 from arjet.cli import main
@@ -17,3 +19,16 @@ def test_convert_drafter_names_a_folder_without_a_drafter(tmp_path, capsys):
     assert main(["convert-drafter", str(tmp_path / "empty"), str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert "no config.json" in error and "Traceback" not in error
+
+
+def test_convert_drafter_refuses_a_config_too_large_in_one_line(tmp_path, capsys):
+    folder = official_folder(tmp_path / "lantern", official_state())
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 2 * 10**12}))  # ~8 TB
+    assert main(["convert-drafter", str(folder), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith("arjet convert-drafter: error: the LANTERN drafter config ")
+        and error.count("\n") == 1
+    )
+    assert "describes a model of" in error and not (tmp_path / "out").exists()

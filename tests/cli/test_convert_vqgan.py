@@ -41,3 +41,14 @@ def test_convert_vqgan_refuses_a_config_too_large_before_reading_the_checkpoint(
     error = capsys.readouterr().err
     assert "error: the VQGAN config " in error and "huge.yaml describes a model of" in error
     assert "Traceback" not in error and not (tmp_path / "out").exists()
+
+
+def test_convert_vqgan_names_a_config_nested_too_deep_in_one_line(tmp_path, capsys):
+    (tmp_path / "deep.yaml").write_text("[" * 100_000)
+    args = [str(tmp_path / "vqgan.ckpt"), str(tmp_path / "out"), "--config", str(tmp_path / "deep.yaml")]
+    assert main(["convert-vqgan", *args]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"arjet convert-vqgan: error: {tmp_path / 'deep.yaml'} nests deeper than a YAML reader can follow"
+    )
+    assert error.count("\n") == 1 and not (tmp_path / "out").exists()

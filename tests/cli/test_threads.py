@@ -1,6 +1,7 @@
 """Threads: `--threads` wins; otherwise one per core that other processes leave free (torch's default, one
 per core, took 18 to 63 s per image instead of 1.6 s with another process busy on one of two cores), and
-the process entry makes OpenMP's idle threads sleep."""
+the process entry makes OpenMP's idle threads sleep. The decision is `arjet.machine`'s (a pipeline call
+makes the same one: tests/pipelines/test_threads.py)."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 from arjet import machine
 from arjet.cli import generate, main, threads
+from arjet.pipelines.threads import PROCESS_THREADS
 
 
 @pytest.fixture(autouse=True)
@@ -24,19 +26,27 @@ def restore_threads():
     ("cores", "busy", "expected"),
     [(2, 1.0, 1), (2, 0.1, 2), (2, 0.25, 2), (2, 0.4, 1), (2, 1.8, 1), (16, 3.2, 13), (2, None, 2)],
 )
-def test_the_default_is_one_thread_per_free_core(cores, busy, expected, monkeypatch):
+def test_the_default_is_one_thread_per_free_core(cores, busy, expected):
+    assert machine.free_threads(cores, busy) == expected
+
+
+def _busy(monkeypatch, cores: int, busy: float) -> None:
+    """Readings where other processes keep `busy` of `cores` cores busy, 1 s apart."""
+    clock = iter(range(10_000))
+
+    def read():
+        t = next(clock)
+        return machine.LoadReading((100.0 + busy * t, 5.0), float(t))
+
     monkeypatch.setattr(machine, "usable_cores", lambda: cores)
-    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: busy)
-    monkeypatch.setattr(machine, "busy_cores", lambda interval=0.2: busy)
-    assert threads.default_threads() == expected
+    monkeypatch.setattr(machine, "THREADS", machine.ThreadChooser(read=read, sleep=lambda seconds: 1 / 0))
 
 
 def test_generate_leaves_a_busy_core_alone_unless_told(monkeypatch, tmp_path):
     """Another process keeps one of two cores busy: the decode runs on the other one alone; an explicit
-    --threads always wins."""
-    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
-    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: 1.0)
-    monkeypatch.setattr(machine, "busy_cores", lambda interval=0.2: 1.0)
+    --threads always wins, and the command's count holds for its calls."""
+    _busy(monkeypatch, cores=2, busy=1.0)
+    monkeypatch.setattr(PROCESS_THREADS, "pinned", False)
     seen = []
     monkeypatch.setattr(
         generate, "load_pipeline", lambda args: seen.append(threads.apply_threads(args)) or 1 / 0
@@ -46,17 +56,33 @@ def test_generate_leaves_a_busy_core_alone_unless_told(monkeypatch, tmp_path):
         main(argv)
     with pytest.raises(ZeroDivisionError):
         main([*argv, "--threads", "2"])
-    assert seen == [1, 2]
+    assert seen == [1, 2] and torch.get_num_threads() == 2 and PROCESS_THREADS.pinned
 
 
 def test_free_cores_are_measured_from_the_commands_start(monkeypatch):
-    readings = iter([(100.0, 5.0), (101.5, 5.5)])  # all cores busy 1.5 s, this process 0.5 s of it
-    monkeypatch.setattr(machine, "cpu_seconds", lambda: next(readings))
+    """All cores were busy 1.5 s of the 1 s since the start, this process 0.5 s of it: others kept one of two
+    cores busy, which leaves one thread."""
     monkeypatch.setattr(machine, "usable_cores", lambda: 2)
-    clock = iter([10.0, 11.0])
-    monkeypatch.setattr(threads.time, "perf_counter", lambda: next(clock))
-    threads.mark_start()
-    assert threads.free_cores() == pytest.approx(1.0)  # others kept one core busy for the second
+    readings = iter([machine.LoadReading((100.0, 5.0), 10.0), machine.LoadReading((101.5, 5.5), 11.0)])
+    monkeypatch.setattr(machine, "THREADS", machine.ThreadChooser(read=lambda: next(readings)))
+    assert threads.default_threads() == 1
+
+
+def test_a_short_span_keeps_the_previous_choice_and_only_a_first_choice_waits(monkeypatch):
+    """Choosing adds no wait: a span too short to measure keeps the last choice; only a first choice that
+    comes too soon waits the rest of `MIN_SPAN`, once."""
+    monkeypatch.setattr(machine, "usable_cores", lambda: 4)
+    times = iter([0.0, 0.05, 0.2, 0.25, 0.5])
+    loads = iter([(0.0, 0.0), (0.1, 0.0), (0.4, 0.0), (0.4, 0.0), (0.4, 0.0)])
+    waited = []
+    chooser = machine.ThreadChooser(
+        read=lambda: machine.LoadReading(next(loads), next(times)), sleep=waited.append
+    )
+    assert chooser.choose() == 2  # 0.05 s after the start: waits 0.15 s; 2 of 4 cores were busy
+    assert waited == [pytest.approx(0.15)]
+    assert chooser.choose() == 2  # 0.05 s later: too soon to measure, kept, no wait
+    assert chooser.choose() == 4  # 0.3 s later: measured again, the others were idle meanwhile
+    assert waited == [pytest.approx(0.15)]
 
 
 def test_others_busy_subtracts_this_process():

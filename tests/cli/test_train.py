@@ -8,7 +8,8 @@ import torch
 from arjet.builtin import assets_dir
 from arjet.cli import main
 from arjet.train import ar, clip, sjd2, vq
-from arjet.train.scaffold import TrainingRun
+from arjet.train.configs import DrafterTrainConfig
+from arjet.train.scaffold import TrainingRun, check_outputs
 
 
 @pytest.mark.parametrize(
@@ -99,13 +100,93 @@ def test_outputs_are_checked_before_any_work(stage, tmp_path, monkeypatch, capsy
     assert "no file can be written in '/proc/self'" in capsys.readouterr().err
 
 
-def test_a_clip_log_is_an_output_file(tmp_path, monkeypatch, capsys):
+def test_a_clip_log_is_a_new_file_and_goes_into_out_by_default(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(clip, "train_clip", lambda config: pytest.fail("trained before checking --log"))
-    argv = ["train", "clip", "--out", str(tmp_path / "clip"), "--log", str(tmp_path)]
-    assert main(argv) == 2
+    (tmp_path / "log.jsonl").write_text('{"step": 100}\n')  # an earlier run's
+    for log in (tmp_path, tmp_path / "log.jsonl"):
+        argv = ["train", "clip", "--out", str(tmp_path / "clip"), "--log", str(log)]
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert f"error: --log '{log}' already exists; arjet train writes a new file for every run" in error
+    assert not (tmp_path / "clip").exists() and (tmp_path / "log.jsonl").read_text() == '{"step": 100}\n'
+    assert clip.ClipTrainConfig().log == ""  # the log of a run is OUT/train_log.jsonl, one run per folder
+    run = TrainingRun(clip.ClipTrainConfig(out=str(tmp_path / "clip")), "clip", log=None)
+    assert run.log_path == tmp_path / "clip" / "train_log.jsonl"
+
+
+EARLIER_RUN = {
+    "metrics.json": '{"psnr_mean": 30.1}',
+    "train_log.jsonl": '{"step": 100}\n',
+    "model.safetensors": "w",
+}
+
+
+@pytest.mark.parametrize("stage", ["vq", "ar", "clip", "sjd2", "drafter"])
+def test_no_stage_writes_over_an_earlier_run(stage, tmp_path, monkeypatch, capsys):
+    """A folder that holds an earlier run is refused before any work: its metrics, weights and log stay as
+    they were (no stage resumes a run; ar and clip continue from saved weights with --init)."""
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    for name, text in EARLIER_RUN.items():
+        (earlier / name).write_text(text)
+    monkeypatch.setattr(f"arjet.train.{stage}.train_{stage}", lambda config: pytest.fail("trained"))
+    assert main(["train", stage, "--out", str(earlier)]) == 2
     error = capsys.readouterr().err
-    assert f"error: --log '{tmp_path}' is a folder; give a file name" in error
-    assert not (tmp_path / "clip").exists()
+    assert error.startswith(
+        f"arjet train {stage}: error: --out '{earlier}' is a folder that is not empty (it "
+    )
+    assert "a folder holds one training run" in error and error.count("\n") == 1
+    assert {path.name: path.read_text() for path in earlier.iterdir()} == EARLIER_RUN
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        vq.VQTrainConfig(),
+        ar.ARTrainConfig(),
+        clip.ClipTrainConfig(),
+        sjd2.SJD2TrainConfig(),
+        DrafterTrainConfig(),
+    ],
+    ids=["vq", "ar", "clip", "sjd2", "drafter"],
+)
+def test_the_library_refuses_an_earlier_run_too(config, tmp_path):
+    """`train_STAGE(config)` checks where it writes first, as the command line does."""
+    from arjet.train import drafter
+
+    (tmp_path / "metrics.json").write_text("{}")
+    config.out = str(tmp_path)
+    trainer = {
+        vq.VQTrainConfig: vq.train_vq,
+        ar.ARTrainConfig: ar.train_ar,
+        clip.ClipTrainConfig: clip.train_clip,
+        sjd2.SJD2TrainConfig: sjd2.train_sjd2,
+        DrafterTrainConfig: drafter.train_drafter,
+    }[type(config)]
+    with pytest.raises(ValueError, match="is a folder that is not empty \\(it holds metrics.json\\)"):
+        trainer(config)
+    assert [path.name for path in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_caches_are_shared_between_runs_but_must_be_writable(tmp_path, capsys):
+    """`--data-cache` (ar, sjd2) and `--data-dir` (drafter) may hold an earlier run's data: that is what they
+    are for; a cache that cannot be a folder is refused before any work."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "train-16.npy").write_bytes(b"")
+    assert check_outputs(ar.ARTrainConfig(out=str(tmp_path / "ar"), data_cache=str(cache))) == [
+        tmp_path / "ar"
+    ]
+    (tmp_path / "file").write_text("")
+    for argv in (
+        ["train", "ar", "--data-cache", str(tmp_path / "file")],
+        ["train", "sjd2", "--data-cache", str(tmp_path / "file")],
+        ["train", "drafter", "--data-dir", str(tmp_path / "file")],
+    ):
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+        option = argv[2]
+        assert f"error: {option} '{tmp_path / 'file'}' is a file, not a folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_refused_run_removes_the_empty_folders_it_made(tmp_path, monkeypatch, capsys):
@@ -139,3 +220,129 @@ def test_a_diverged_run_saves_nothing(tmp_path):
         model.weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match="training diverged: after 0 steps the weight weight holds NaN"):
         run.check_finite(model)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (  # a 4-million-pixel-a-side canvas for each render, 58 TiB (the probe of issue 33)
+            ["train", "vq", "--image-size", "1000000"],
+            "error: a step of --batch-size 64 images of --image-size 1000000 would take at least",
+        ),
+        (
+            ["train", "vq", "--image-size", "1024", "--batch-size", "1", "--workers", "100000"],
+            "error: rendering images of --image-size 1024 in 100000 process(es) would take at least",
+        ),
+        (
+            ["train", "clip", "--images", "100000000", "--image-size", "256"],
+            "error: rendering --images 100000000 of --image-size 256 would take at least",
+        ),
+    ],
+    ids=["vq-step", "vq-renders", "clip-renders"],
+)
+def test_work_too_large_for_memory_is_refused_before_anything_is_allocated(argv, message, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path / "out"), "--max-steps", "1"]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "GB of memory free on cpu" in error and error.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_memory_a_vq_step_needs_is_counted_from_its_options():
+    config = vq.VQTrainConfig(image_size=64, batch_size=64, base_channels=32, channel_multiplier="2,2")
+    # the batch and its reconstruction (3 channels each), one full-size map of 64 channels at each end
+    assert vq.step_bytes(config) == 4 * 64 * 64**2 * (2 * 3 + 2 * 64)
+    assert vq.step_bytes(config) < 0.2e9  # the defaults never come near a machine's memory
+
+
+@pytest.mark.parametrize("size", ["30", "8", "2"])
+def test_a_vq_image_size_the_levels_cannot_halve_is_refused(size, tmp_path, capsys):
+    argv = [
+        "train",
+        "vq",
+        "--image-size",
+        size,
+        "--channel-multiplier",
+        "1,2,3",
+        "--out",
+        str(tmp_path / "vq"),
+    ]
+    assert main(argv) == 2
+    assert (
+        f"error: image_size {size}: with 3 levels (channel_multiplier 1,2,3) the VQ halves the image 2 times, "
+        "so it must be a multiple of 4 and at least 16" in capsys.readouterr().err
+    )
+
+
+def test_a_drafter_too_large_for_memory_is_refused_before_its_data_is_generated(
+    tmp_path, monkeypatch, capsys
+):
+    from arjet.train import drafter
+
+    monkeypatch.setattr(
+        drafter, "distill", lambda *a, **k: pytest.fail("generated data for a drafter that cannot fit")
+    )
+    argv = ["train", "drafter", "--base", "shapes", "--intermediate-size", "1000000000000", "--images", "1"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert "error: the drafter of these options (--intermediate-size, --heads) describes a model of" in error
+    assert "GB to train, more than" in error and not (tmp_path / "out").exists()
+
+
+def _model_folder(tmp_path):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(assets_dir() / "shapes", folder)
+    return folder
+
+
+def _cut_short(path):
+    path.write_bytes(path.read_bytes()[:100_000])
+
+
+@pytest.mark.parametrize(
+    ("stage", "option", "damage", "message"),
+    [
+        ("ar", "--init", lambda f: _cut_short(f / "model" / "model.safetensors"), "is not a readable safetensors"),
+        ("ar", "--vq", lambda f: (f / "config.json").write_text("[" * 5000), "holds JSON nested deeper than 64"),
+        ("sjd2", "--base", lambda f: (f / "model_index.json").write_text('{"a": ' * 5000), "holds JSON nested deeper"),
+        ("drafter", "--base", lambda f: _cut_short(f / "drafter" / "diffusion_pytorch_model.safetensors"),
+         "is not a readable safetensors file"),
+    ],
+    ids=["ar-init", "ar-vq", "sjd2-base", "drafter-base"],
+)  # fmt: skip
+def test_a_model_folder_with_a_file_cut_short_or_malformed_is_named(
+    stage, option, damage, message, tmp_path, monkeypatch, capsys
+):
+    """Each file by name, in one line, before any model loads (not safetensors' or json's traceback)."""
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("loaded a model")
+
+    monkeypatch.setattr("arjet.pipelines.ARPipeline.from_pretrained", no_load)
+    monkeypatch.setattr("arjet.builtin.load_model", no_load)
+    folder = _model_folder(tmp_path)
+    if option == "--vq":
+        folder = folder / "model"
+    damage(folder)
+    assert main(["train", stage, option, str(folder), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith(f"arjet train {stage}: error: {option} '{folder}': {folder}/") and message in error
+    )
+    assert "Traceback" not in error and not (tmp_path / "out").exists()
+
+
+def test_a_data_set_line_that_is_not_a_record_is_named_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(
+        "arjet.pipelines.ARPipeline.from_pretrained", lambda *a, **k: pytest.fail("loaded the base")
+    )
+    data = tmp_path / "pairs.jsonl"
+    for text, message in (
+        ('{"prompt": "a"}\n' + "[" * 100_000 + "\n", f"{data}, line 2 holds JSON nested deeper than 64"),
+        ('{"prompt": "a"}\n[1, 2]\n', f"{data}: a record is not a JSON object, got [1, 2]"),
+        ("\n\n", f"{data} holds no records"),
+    ):
+        data.write_text(text)
+        assert main(["train", "sjd2", "--data", str(data), "--out", str(tmp_path / "out")]) == 2
+        assert message in capsys.readouterr().err

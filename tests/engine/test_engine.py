@@ -242,3 +242,254 @@ def test_the_captured_lanes_path_keys_one_runner_per_bucket_and_window(sampler, 
         assert all(window is None for _, window in keys)
         for result, codes in zip(results, alone, strict=True):
             assert torch.equal(result.codes, codes)
+
+
+# -- bad arguments -------------------------------------------------------------------------------------
+def test_a_step_callback_that_is_not_a_function_is_refused_at_submit():
+    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
+    with pytest.raises(ValueError, match="on_step must be a function of the codes or None, got 5"):
+        engine.submit("a red circle", on_step=5)
+    assert engine.queued == 0
+
+
+@pytest.mark.parametrize("limit", ["5", -1, 0, float("nan"), float("inf"), True])
+def test_a_time_limit_must_be_a_positive_number_of_seconds(limit):
+    pipe = _pipe("janus")
+    with pytest.raises(ValueError, match=r"time_limit must be a finite number > 0 \(seconds, or None"):
+        Engine(pipe, time_limit=limit)
+    engine = Engine(pipe, lanes=1, prompt_tokens=32)
+    with pytest.raises(ValueError, match="time_limit must be a finite number > 0"):
+        engine.submit("a red circle", time_limit=limit)
+    assert engine.queued == 0
+
+
+def test_lanes_are_bounded_and_must_fit_in_memory(monkeypatch):
+    from arjet.engine import lanes as lanes_module
+
+    pipe = _pipe("janus")
+    with pytest.raises(ValueError, match=r"lanes must be an integer from 1 to 1024, got 1000000000"):
+        Engine(pipe, lanes=10**9)
+    monkeypatch.setattr(lanes_module, "available_bytes", lambda device: 10**6)  # 1 MB free
+    with pytest.raises(
+        ValueError, match=r"lanes=1024 in up to 2 group\(s\) .* GB of KV cache .* free on cpu"
+    ):
+        Engine(pipe, lanes=1024)
+    Engine(pipe, lanes=1, prompt_tokens=8, max_groups=1)  # a few kB fit
+
+
+# -- failures stay with what failed -----------------------------------------------------------------------
+@pytest.mark.parametrize("sampler", ["mc-sjd:window=4", "zipar:w=2"])
+def test_a_step_callback_that_raises_fails_only_its_own_request(sampler):
+    """In lanes and in a whole call (zipar): the others decode as alone, and the engine goes on."""
+    pipe = _pipe("emu3")
+
+    def broken(codes):
+        raise RuntimeError("the watcher broke")
+
+    with Engine(pipe, lanes=3, prompt_tokens=32) as engine:
+        first = engine.submit(PROMPTS[0], sampler=sampler, seed=1)
+        bad = engine.submit(PROMPTS[1], sampler=sampler, seed=2, on_step=broken)
+        last = engine.submit(PROMPTS[2], sampler=sampler, seed=3)
+        with pytest.raises(RuntimeError, match="the watcher broke"):
+            bad.result(timeout=60)
+        results = [request.result(timeout=60) for request in (first, last)]
+        later = engine.submit(PROMPTS[3], sampler=sampler, seed=4).result(timeout=60)
+        assert engine.state == "running" and engine.stats.failed == 1
+    for result, (prompt, seed) in zip(
+        [*results, later], [(PROMPTS[0], 1), (PROMPTS[2], 3), (PROMPTS[3], 4)], strict=True
+    ):
+        assert torch.equal(
+            result.codes, pipe(prompt, sampler=sampler, seed=seed, output_type="latent").codes[0]
+        )
+
+
+def _failing(method, sampler, error):
+    """`method` of LaneGroup, raising `error` for the group of `sampler`."""
+
+    def run(self, *args, **kwargs):
+        if self.key.sampler == sampler:
+            raise error
+        return method(self, *args, **kwargs)
+
+    return run
+
+
+def test_a_group_whose_step_fails_fails_its_requests_only_and_the_engine_goes_on(monkeypatch):
+    from arjet.engine import DecodeFailed
+    from arjet.engine.lanes import LaneGroup
+
+    pipe = _pipe("emu3")
+    step = LaneGroup.step
+    monkeypatch.setattr(
+        LaneGroup, "step", _failing(step, "sjd:window=3", MemoryError("no room for the tree"))
+    )
+    with Engine(pipe, lanes=2, max_groups=2, prompt_tokens=32) as engine:
+        doomed = [engine.submit(PROMPTS[i], sampler="sjd:window=3", seed=i) for i in range(3)]
+        fine = [engine.submit(PROMPTS[i], sampler="ar", seed=i) for i in range(3)]
+        for request in doomed:
+            with pytest.raises(
+                DecodeFailed, match=r"its group \(sjd:window=3, 3x5\) failed \(MemoryError: no room"
+            ):
+                request.result(timeout=60)
+        codes = [request.result(timeout=60).codes for request in fine]
+        monkeypatch.setattr(LaneGroup, "step", step)
+        again = engine.submit(PROMPTS[0], sampler="sjd:window=3", seed=0).result(timeout=60)
+        assert engine.state == "running"
+    assert engine.stats.group_failures >= 1 and engine.stats.failed == 3
+    for i, alone in enumerate(_alone(pipe, "ar", range(5))[:3]):
+        assert torch.equal(codes[i], alone)
+    assert torch.equal(again.codes, _alone(pipe, "sjd:window=3", range(5))[0])
+
+
+def test_a_whole_call_that_fails_fails_its_requests_only(monkeypatch):
+    """A sampler that cannot share lanes (zipar, eagle2) runs its requests as one call: a call that runs out
+    of memory (eagle2's hostile trees did) fails those requests, and the engine goes on."""
+    from arjet.engine import DecodeFailed
+    from arjet.samplers.zipar import ZipAR
+
+    def out_of_memory(self, decode):
+        raise MemoryError("the tree needs GBs")
+
+    pipe = _pipe("emu3")
+    monkeypatch.setattr(ZipAR, "run", out_of_memory)
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        doomed = [engine.submit(PROMPTS[i], sampler="zipar:w=2", seed=i) for i in range(2)]
+        fine = engine.submit(PROMPTS[0], sampler="ar", seed=0)
+        for request in doomed:
+            with pytest.raises(DecodeFailed, match=r"its call failed \(MemoryError: the tree needs GBs\)"):
+                request.result(timeout=60)
+        assert torch.equal(fine.result(timeout=60).codes, _alone(pipe, "ar", range(5))[0])
+        assert engine.state == "running" and engine.stats.failed == 2
+
+
+def test_a_group_that_cannot_be_made_fails_its_requests_only(monkeypatch):
+    from arjet.engine import DecodeFailed
+    from arjet.engine.lanes import LaneGroup
+
+    pipe = _pipe("janus")
+    make = LaneGroup.__init__
+
+    def out_of_memory(self, pipe, key, *args, **kwargs):
+        if key.sampler == "mc-sjd:window=4":
+            raise RuntimeError("CUDA out of memory")
+        make(self, pipe, key, *args, **kwargs)
+
+    monkeypatch.setattr(LaneGroup, "__init__", out_of_memory)
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        doomed = engine.submit("a red circle", sampler="mc-sjd:window=4", seed=0)
+        fine = engine.submit("a red circle", sampler="ar", seed=0)
+        with pytest.raises(DecodeFailed, match="could not be made .*CUDA out of memory"):
+            doomed.result(timeout=60)
+        assert torch.equal(fine.result(timeout=60).codes, _alone(pipe, "ar", [0] * 5)[0])
+
+
+def test_a_round_that_fails_outside_any_group_fails_what_is_in_flight_and_the_engine_goes_on(monkeypatch):
+    from arjet.engine import DecodeFailed
+
+    pipe = _pipe("janus")
+    plan, calls = Engine._plan, []
+
+    def broken_once(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise AssertionError("a bug in planning")
+        return plan(self)
+
+    monkeypatch.setattr(Engine, "_plan", broken_once)
+    engine = Engine(pipe, lanes=1, prompt_tokens=32)
+    lost = engine.submit("a red circle", seed=0)
+    with engine:
+        with pytest.raises(
+            DecodeFailed, match=r"the engine's round failed \(AssertionError: a bug in planning\)"
+        ):
+            lost.result(timeout=60)
+        assert engine.submit("star", seed=1).result(timeout=60).codes.shape == GRIDS["janus"]
+
+
+class Stop(BaseException):
+    """Not an `Exception`: what stops the decode thread (as KeyboardInterrupt would)."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_decode_thread_that_dies_fails_its_requests_and_refuses_new_work(monkeypatch):
+    from arjet.engine import EngineStopped
+
+    def die(self):
+        raise Stop("stopped")
+
+    monkeypatch.setattr(Engine, "_round", die)
+    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
+    waiting = engine.submit("a red circle", seed=0)
+    with engine:
+        with pytest.raises(EngineStopped, match=r"the engine's decode thread stopped \(Stop\('stopped'\)\)"):
+            waiting.result(timeout=60)
+        assert engine.state == "failed" and isinstance(engine.error, Stop)
+        with pytest.raises(EngineStopped, match="stopped after an error"):
+            engine.submit("star")
+
+
+# -- results carry images ------------------------------------------------------------------------------
+@pytest.mark.parametrize("output_type", ["pil", "np", "pt", "latent"])
+def test_results_carry_the_image_rendered_in_the_readers_thread(output_type, monkeypatch):
+    import numpy as np
+
+    pipe = _pipe("lumina_mgpt")
+    alone = pipe("a red circle", seed=5, output_type=output_type).images[0]
+    render, threads = type(pipe).render, []
+
+    def recorded(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return render(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(pipe), "render", recorded)
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        result = engine.submit("a red circle", seed=5, output_type=output_type).result(timeout=60)
+        assert threads == []  # nothing rendered on the decode thread
+        image = result.image
+    assert threads == ([] if output_type == "latent" else [threading.current_thread().name])
+    assert np.array_equal(np.asarray(image), np.asarray(alone))
+    with pytest.raises(ValueError, match="output_type must be one of"):
+        Engine(pipe, lanes=1, prompt_tokens=32).submit("a", output_type="png")
+
+
+def test_a_glm_image_result_renders_through_its_diffusion_stage():
+    import numpy as np
+
+    pipe = _pipe("glm_image")
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        result = engine.submit(PROMPTS[0], seed=3, output_type="np").result(timeout=120)
+    assert np.array_equal(result.image, pipe(PROMPTS[0], seed=3, output_type="np").images[0])
+
+
+# -- warm-up --------------------------------------------------------------------------------------------
+def test_after_a_warm_up_the_first_adaptive_request_measures_nothing(monkeypatch):
+    from arjet.pipelines import adaptive
+
+    measured = []
+    measure = adaptive.CostModel.measure.__func__
+    monkeypatch.setattr(
+        adaptive.CostModel,
+        "measure",
+        classmethod(lambda cls, *a, **k: measured.append(1) or measure(cls, *a, **k)),
+    )
+    pipe = _pipe("emu3")
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        warm = engine.warm_up()
+        assert len(warm) == 2 and measured == [1] and engine.estimate().throughput is not None
+        engine.submit("a blue square", sampler="adaptive", seed=9).result(timeout=60)
+    assert measured == [1]
+
+
+def test_a_whole_call_stays_within_the_pipelines_limits():
+    """Requests of a sampler that cannot share lanes run as calls of at most `max_images_per_call` images
+    (the demo's pipelines take one), each decoding as alone."""
+    from arjet.limits import Limits
+
+    pipe = _pipe("emu3")
+    pipe.limits = Limits(max_images_per_call=1)
+    with Engine(pipe, lanes=3, prompt_tokens=32) as engine:
+        results = [engine.submit(p, sampler="zipar:w=2", seed=i) for i, p in enumerate(PROMPTS[:3])]
+        codes = [request.result(timeout=60).codes for request in results]
+    assert engine.stats.failed == 0
+    for i, prompt in enumerate(PROMPTS[:3]):
+        assert torch.equal(codes[i], pipe(prompt, sampler="zipar:w=2", seed=i, output_type="latent").codes[0])

@@ -3,7 +3,7 @@
 import pytest
 
 from arjet.eval.bench import run_bench
-from arjet.eval.speed import timing_warnings
+from arjet.eval.speed import load_warning, timing_warnings
 from arjet.testing import tiny_pipeline
 
 
@@ -65,6 +65,40 @@ def test_timings_far_apart_or_a_busy_machine_are_flagged():
     assert busy.startswith("other processes kept 1.3 of the 2 cores busy while this ran on 1 thread(s)")
     assert timing_warnings(steady, {**QUIET, "torch_threads": 2, "others_busy_cores": 0.9}) != []
     assert timing_warnings(steady, {**QUIET, "device": "cuda", "others_busy_cores": 1.9}) == []
+
+
+@pytest.mark.parametrize(
+    ("cores", "threads", "busy", "device", "warned"),
+    [
+        # issue 33: a load average of 4.2 on 2 cores, the bench on 1 thread. The scheduler kept its thread on
+        # one core and the others on the other: 1.0 busy, which the old rule (others beyond the free cores
+        # by a quarter core: > 1.25) never flagged
+        (2, 1, 1.0, "cpu", True),
+        (2, 1, 0.8, "cpu", True),
+        (2, 1, 0.7, "cpu", False),  # a core and a third left free for a one-thread run: quiet enough
+        (2, 2, 0.3, "cpu", True),
+        (2, 2, 0.2, "cpu", False),  # the system's own noise
+        (16, 16, 0.2, "cpu", False),
+        (16, 4, 11.5, "cpu", False),
+        (16, 4, 12.0, "cpu", True),
+        (2, 8, 0.3, "cpu", True),  # more threads than cores: every core was needed
+        (2, 1, 1.0, "cpu:0", True),  # the same device, spelled with its index
+        (2, 1, 1.9, "cuda", False),  # a GPU's seconds do not wait for the CPU's cores
+        (2, 1, None, "cpu", False),  # not measured (not Linux)
+    ],
+)
+def test_the_load_warning_fires_when_others_keep_the_cores_busy(cores, threads, busy, device, warned):
+    environment = {
+        "device": device,
+        "others_busy_cores": busy,
+        "torch_threads": threads,
+        "usable_cores": cores,
+    }
+    warning = load_warning(environment)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning.startswith(f"other processes kept {busy:.1f} of the {cores} cores busy while this ran")
+        assert timing_warnings([], environment) == [warning]
 
 
 def test_a_bench_records_the_load_it_ran_under():

@@ -82,7 +82,11 @@ def test_prompt_files_of_every_format(tmp_path):
 
 BAD_FILES = [
     ("p.txt", b"a red circle\n\xff\xfe oops\n", "line 2: the byte 0xff is not UTF-8 text"),
-    ("p.jsonl", b'{"prompt": "a"}\n{"prompt": "b"\n', "line 2: not a JSON object (Expecting ',' delimiter"),
+    (
+        "p.jsonl",
+        b'{"prompt": "a"}\n{"prompt": "b"\n',
+        "line 2 is not valid JSON (Expecting ',' delimiter at column 15)",
+    ),
     ("p.jsonl", b'{"prompt": "a"}\n\n[1, 2]\n', "line 3: not a JSON object, got [1, 2]"),
     ("p.jsonl", b'{"prompt": 3}\n', "line 1: the field 'prompt' is 3, not text"),
     ("p.jsonl", b'{"prompt": "a \\udc80 b"}\n', "line 1 holds U+DC80 at character 2, a lone surrogate"),

@@ -20,6 +20,8 @@ from arjet.eval.scoring import MetricOptions, load_images
 from arjet.eval.settings import CONFIG_FILE, EvalSettings
 from arjet.testing import tiny_pipeline
 
+from .test_images import png_claiming
+
 PROMPTS = ["a red square", "a blue circle"]
 
 
@@ -322,3 +324,55 @@ def test_a_drafters_forward_passes_are_recorded_and_reported(tmp_path):
     drafted = {r["sampler"]: r["drafter_forwards"] for r in records}
     assert drafted["ar"] == 0 and drafted["eagle:window=4,tree_width=1,tree_depth=1"] > 0
     assert "| drafter forwards |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("where", "content", "reason"),
+    [
+        ("records/process-0.jsonl", "[" * 100_000 + "\n", "line 5 holds JSON nested deeper than 64 levels"),
+        ("records/process-0.jsonl", '{"a": ' * 3000 + "1" + "}" * 3000 + "\n", "line 5 holds JSON nested"),
+        (CONFIG_FILE, '{"samplers": ' + "[" * 100_000, "config.json holds JSON nested deeper than 64 levels"),
+        (CONFIG_FILE, '{"n": 2, "seeds": [0' + ", 0" * 10, "config.json is not valid JSON ("),
+    ],
+    ids=["deep-record", "deep-record-objects", "deep-config", "bad-config"],
+)
+def test_deeply_nested_or_broken_json_in_a_run_is_named_before_the_model_loads(
+    model, finished, tmp_path, capsys, no_model_load, where, content, reason
+):
+    """Python's JSON reader recurses once per level: a few kB of brackets were a RecursionError."""
+    out = _copy(finished, tmp_path)
+    path = out / where
+    with open(path, "a" if where.startswith("records") else "w") as handle:
+        handle.write(content)
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    (line,) = [line for line in error.splitlines() if line.startswith("arjet eval: error: ")]
+    assert line.startswith(f"arjet eval: error: {path}") and reason in line and "Traceback" not in error
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (png_claiming(5000, 5000), "is 5000 x 5000 pixels, more than the 16,777,216 arjet reads there"),
+        (png_claiming(40000, 40000), "claims more pixels than PIL will decode (a decompression bomb)"),
+        (png_claiming(16, 16), "is 16 x 16 pixels, not 8 x 8"),
+        (b"GIF89a", "is not an image arjet can read ("),
+    ],
+    ids=["too-many-pixels", "bomb", "other-size", "not-an-image"],
+)
+def test_a_bad_image_in_a_run_is_named_when_the_run_resumes(
+    model, finished, tmp_path, capsys, content, reason
+):
+    """Resuming a finished run scores it and draws its plots again from the images on disk: an image swapped
+    for a decompression bomb (or any other file) is refused by name, from its header, before the model
+    loads and before anything of the run is written again."""
+    out = _copy(finished, tmp_path)
+    image = out / "images" / "zipar" / "0_0.png"  # read after the first sampler's image of prompt 0
+    image.write_bytes(content)
+    metrics = (out / "metrics.json").read_bytes()
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    (line,) = [line for line in error.splitlines() if line.startswith("arjet eval: error: ")]
+    assert line.startswith(f"arjet eval: error: {image} {reason}")
+    assert line.endswith("; remove it with its record, or pass a new --out")
+    assert "Traceback" not in error and (out / "metrics.json").read_bytes() == metrics

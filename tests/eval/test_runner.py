@@ -36,12 +36,14 @@ def setup(tmp_path_factory, tiny_clip_dir):
 
 
 def eval_args(setup, out, *extra):
+    """Every run on one thread, in this process or another: their images are compared byte for byte, and
+    another thread count rounds float32 sums differently (a run otherwise takes the cores left free)."""
     root, clip = setup
     return [
         "--model", str(root / "model"), "--device", "cpu", "--prompts", str(root / "prompts.txt"),
         "--seeds", "0,1", "--samplers", SAMPLERS, "--fid-features", f"domain:{clip}",
         "--clip-model", f"domain:{clip}", "--reference-dir", str(root / "real"),
-        "--stats-cache", str(root / "cache"), "--no-progress", "--out", str(out), *extra,
+        "--stats-cache", str(root / "cache"), "--no-progress", "--threads", "1", "--out", str(out), *extra,
     ]  # fmt: skip
 
 
@@ -260,14 +262,15 @@ def test_bad_input_gives_clear_errors(setup, tmp_path, capsys):
     assert not (tmp_path / "bad").exists()  # nothing is written before the checks pass
 
 
-def test_more_prompts_than_the_set_holds_says_so_and_uses_all(setup, tmp_path, capsys):
+def test_more_prompts_than_the_set_holds_is_refused_naming_its_size(setup, tmp_path, capsys):
+    """`--n 1000000000` ran all of the set's prompts with a note: now it is refused, naming the set's size."""
     args = eval_args(setup, tmp_path / "all", "--n", "50", "--samplers", "ar", "--seeds", "0")
+    assert main(["eval", *args, "--fid-features", "none"]) == 2
+    error = capsys.readouterr().err
+    assert f"error: --n 50 is more than the {len(PROMPTS)} prompts of " in error
+    assert f"pass --n {len(PROMPTS)} or fewer" in error and not (tmp_path / "all").exists()
+    args = eval_args(setup, tmp_path / "all", "--n", str(len(PROMPTS)), "--samplers", "ar", "--seeds", "0")
     assert main(["eval", *args, "--fid-features", "none"]) == 0
-    captured = capsys.readouterr()
-    assert (
-        "asked for 50 prompts but" in captured.err
-        and f"has {len(PROMPTS)}; using all of them" in captured.err
-    )
     assert json.loads((tmp_path / "all" / "config.json").read_text())["n"] == len(PROMPTS)
 
 
@@ -284,6 +287,9 @@ def test_sampler_and_seed_lists():
     with pytest.raises(ValueError, match="names no sampler"):
         parse_sampler_specs(" , ")
     assert parse_seeds("0") == [0] and parse_seeds("3,1-2,3") == [3, 1, 2]
+    for text in ("1_0", "\uff11", "0-\u0663", "1e3"):  # every integer option reads ASCII digits only
+        with pytest.raises(ValueError, match="--seed takes integers >= 0"):
+            parse_seeds(text)
     with pytest.raises(ValueError, match="--seeds lists no seed"):
         parse_seeds(",", option="--seeds")
 

@@ -1,6 +1,9 @@
 """Throughput through the engine: images / s, latency and lane utilisation per sampler and concurrency."""
 
+import contextlib
+
 import pytest
+import torch
 
 from arjet.eval.throughput import _percentile, run_throughput
 from arjet.testing import tiny_pipeline
@@ -39,3 +42,32 @@ def test_percentiles_interpolate_between_ranks():
     assert _percentile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
     assert _percentile([1.0, 2.0], 0.95) == pytest.approx(1.95)
     assert _percentile([7.0], 0.95) == 7.0
+
+
+@pytest.mark.parametrize(("busy", "warned"), [(1.0, True), (0.1, False)])
+def test_the_throughput_bench_warns_when_other_processes_kept_the_cores_busy(busy, warned, monkeypatch):
+    """The same load measurement and warning as the bench's (`--concurrency` had none), from injected
+    readings."""
+    from arjet import machine
+
+    monkeypatch.setattr(machine, "others_busy", lambda reading, seconds: busy)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8)
+    with torch_threads(1):
+        result = run_throughput(pipe, ["ar"], PROMPTS[:2], [1], progress=False)
+    environment = result.to_dict()["environment"]
+    assert environment["others_busy_cores"] == busy and environment["usable_cores"] == 2
+    assert environment["torch_threads"] == 1
+    assert bool(result.warnings) == warned and result.to_dict()["warnings"] == result.warnings
+    if warned:
+        assert result.warnings[0].startswith("other processes kept 1.0 of the 2 cores busy")
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

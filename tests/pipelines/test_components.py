@@ -51,6 +51,44 @@ def test_a_saved_pipeline_whose_model_weights_do_not_match_is_refused(family, ev
     assert renamed in message or "renamed." in message
 
 
+def _poison_weights(folder, value: float, every: bool = True) -> str:
+    """Set the floating weights of the safetensors file in `folder` to `value` (all of them, or only the
+    last one); returns the last one's key."""
+    (path,) = folder.glob("*.safetensors")
+    weights = load_file(path)
+    last = [key for key, tensor in weights.items() if tensor.is_floating_point()][-1]
+    poisoned = {
+        key: tensor.fill_(value) if tensor.is_floating_point() and (every or key == last) else tensor
+        for key, tensor in weights.items()
+    }
+    save_file(poisoned, path, metadata={"format": "pt"})
+    return last
+
+
+@pytest.mark.parametrize(
+    ("value", "every"), [(float("nan"), True), (float("inf"), False)], ids=["all-nan", "one-inf"]
+)
+@pytest.mark.parametrize("strict", [True, False])
+def test_weights_that_are_not_finite_are_refused_naming_the_component_and_a_tensor(
+    value, every, strict, tmp_path
+):
+    """A checkpoint of NaN weights loaded and decoded every code as 0; it is refused at load time."""
+    folder, pipe = _saved("janus", tmp_path)
+    _poison_weights(folder / "model", value, every)
+    with pytest.raises(
+        ValueError,
+        match=r"the weights of component 'model' \(JanusForConditionalGeneration\) in .* are not finite: \S+ holds [\d,]+ NaN or infinite value",
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder), strict=strict)
+
+
+def test_a_vq_whose_weights_are_not_finite_is_refused(tmp_path):
+    folder, _ = _saved("lumina_mgpt", tmp_path)
+    last = _poison_weights(folder / "vqgan", float("nan"), every=False)
+    with pytest.raises(ValueError, match=f"component 'vqgan' .* not finite: {last} holds"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
 @pytest.mark.parametrize(("family", "component"), [("lumina_mgpt", "vqgan"), ("janus", "noise_conditioning")])
 def test_every_weight_component_is_checked(family, component, tmp_path):
     folder, _ = _saved(family, tmp_path, noise=component == "noise_conditioning")
@@ -204,6 +242,13 @@ def test_a_config_that_builds_no_model_is_named(tmp_path):
     _edit_config(folder / "model", hidden_size=-8)
     with pytest.raises(ValueError, match="component 'model' .* does not describe a model that can be built"):
         arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_a_config_nested_too_deep_is_named_not_a_recursion_error(tmp_path):
+    folder, pipe = _saved("janus", tmp_path)
+    (folder / "model" / "config.json").write_text('{"a": ' * 100_000)
+    with pytest.raises(ValueError, match="model/config.json holds JSON nested deeper than 64 levels"):
+        load_component(type(pipe.model), folder / "model", "model")
 
 
 def test_weights_of_another_shape_are_named_not_raised_by_transformers(tmp_path):

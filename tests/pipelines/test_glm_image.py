@@ -17,6 +17,7 @@ import arjet
 from arjet.pipelines.glm_image import (
     DIFFUSION_COMPONENTS,
     GENERATE_DEFAULTS,
+    MAX_DIT_GUIDANCE_SCALE,
     preview_grid,
     upsample_codes,
 )
@@ -245,6 +246,20 @@ def test_images_are_what_diffusers_makes_of_the_codes(pipe):
     assert ours.shape == (2, 64, 96, 3) and ours.std() > 0
 
 
+def test_the_largest_dit_guidance_scale_still_paints_a_finite_image(pipe):
+    """1e30 made NaN latents (a black image) and is refused; the bound itself still gives finite pixels."""
+    call = pipe.check_inputs(
+        PROMPTS[:1],
+        seed=3,
+        num_inference_steps=2,
+        dit_guidance_scale=MAX_DIT_GUIDANCE_SCALE,
+        output_type="np",
+    )
+    codes = torch.randint(0, 8, (1, *GRID), generator=torch.Generator().manual_seed(5))
+    image = pipe.render(codes, call, PROMPTS[:1])
+    assert np.isfinite(image).all() and image.std() > 0
+
+
 def test_a_decode_reports_both_stages_and_reproduces(pipe):
     first = pipe(PROMPTS, sampler="sjd", seed=[7, 8], num_inference_steps=2)
     again = pipe(PROMPTS, sampler="sjd", seed=[7, 8], num_inference_steps=2)
@@ -330,7 +345,12 @@ def test_lantern_compares_codes_by_the_vq_codebook(pipe):
         ),
         (dict(num_inference_steps=0), "num_inference_steps must be an integer from 1 to 1000, got 0"),
         (dict(num_inference_steps=True), "num_inference_steps must be an integer"),
-        (dict(dit_guidance_scale=float("nan")), "dit_guidance_scale must be a finite number >= 0"),
+        (dict(dit_guidance_scale=float("nan")), "dit_guidance_scale must be a finite number from 0 to 10000"),
+        (
+            dict(dit_guidance_scale=1e30),
+            "dit_guidance_scale must be a finite number from 0 to 10000.*got 1e\\+30",
+        ),
+        (dict(dit_guidance_scale=-1.0), "dit_guidance_scale must be a finite number from 0 to 10000"),
         (dict(timesteps=[1]), "timesteps= is not an argument of an AR pipeline"),
     ],
 )

@@ -107,6 +107,12 @@ LIMITS = [
     (dict(sampler="sjd2:window=10000"), "use window <= 64"),
     (dict(sampler="zipar:w=100000"), "w must be an integer from 2 to 16384"),
     (dict(sampler="zipar+sjd:window=100"), "window=100 is larger than the 9 cells"),
+    (
+        dict(sampler="eagle2:tree_width=64,expand=64,tree_depth=16"),
+        "tree_width=64, expand=64, tree_depth=16 make a tree of 57,409 nodes, more than the 9 cells of this "
+        "3x3 grid; use a tree of at most 53 nodes",
+    ),
+    (dict(sampler="lantern:drafter=true,tree_width=64,expand=64,tree_depth=8"), "a tree of 24,641 nodes"),
 ]
 
 
@@ -150,6 +156,22 @@ def test_an_operator_can_raise_or_tighten_the_limits(pipes):
 def test_numbers_that_overflow_float32_logits_are_refused(pipe, kwargs, message):
     with pytest.raises(ValueError, match=message):
         pipe(PROMPT, **kwargs)
+
+
+def test_a_top_p_too_small_for_float32_is_greedy_not_code_zero(pipes):
+    """top_p=1e-300 is 0 in float32; nucleus sampling still keeps the most likely code, so the codes are the
+    greedy ones (they all came out 0 before)."""
+    pipe = pipes["janus"]
+    codes = pipe(PROMPT, top_p=1e-300, seed=0, output_type="latent").codes
+    assert torch.equal(codes, pipe(PROMPT, temperature=0, output_type="latent").codes)
+
+
+def test_limits_must_be_limits_when_set(pipes):
+    pipe = pipes["janus"]
+    for value in (None, {"max_images_per_call": 2}, 64):
+        with pytest.raises(ValueError, match=f"pipe.limits must be an arjet.Limits, got {value!r}"):
+            pipe.limits = value
+    assert pipe.limits == Limits()
 
 
 def test_a_tiny_temperature_within_the_bound_is_greedy_not_grey(pipes):
@@ -241,6 +263,7 @@ BAD_VALUES = {
     "return_dict": ["yes", 1, None],
     "callback_on_step_end": ["print", 3],
     "callback_on_step_end_tensor_inputs": [["latents"], "codes", 3],
+    "threads": [0, -1, 1025, 1.5, "2", True],
 }  # fmt: skip
 # what the error message says for each argument
 NAMES = {

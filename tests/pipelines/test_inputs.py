@@ -2,11 +2,12 @@
 seeds and generators."""
 
 import inspect
+import pydoc
 
 import pytest
 import torch
 
-from arjet.pipelines.inputs import GenerationInputs, image_generators
+from arjet.pipelines.inputs import OUTPUT_TYPES, GenerationInputs, image_generators
 from arjet.testing import tiny_pipeline
 
 
@@ -20,6 +21,21 @@ def test_the_call_and_check_inputs_take_exactly_the_declared_arguments(pipe):
     shown = list(inspect.signature(type(pipe).__call__).parameters)
     assert shown == ["self", *declared]
     assert inspect.signature(type(pipe).__call__).parameters["sampler"].default == "ar"
+
+
+def test_help_says_what_each_output_type_returns(pipe):
+    """`help(pipe)` and `GenerationInputs` name every output type and what it gives."""
+    for text in (pydoc.render_doc(pipe, renderer=pydoc.plaintext), GenerationInputs.__doc__):
+        text = " ".join(text.split())
+        for output_type, returns in {
+            '"pil"': "PIL",
+            '"np"': "[N, h, w, 3]",
+            '"pt"': "[N, 3, h, w]",
+            '"latent"': "[N, H, W]",
+        }.items():
+            assert output_type in text and returns in text, (output_type, returns)
+        assert "[0, 1]" in text and "threads" in text
+    assert set(OUTPUT_TYPES) == {"pil", "np", "pt", "latent"}
 
 
 @pytest.mark.parametrize(

@@ -202,3 +202,48 @@ def test_loading_draws_no_progress_bars_of_its_own_and_restores_the_libraries(tm
     printed = capfd.readouterr()
     assert "Loading" not in printed.err + printed.out
     assert transformers_logging.is_progress_bar_enabled() and diffusers_logging.is_progress_bar_enabled()
+
+
+# -- files a loader could not read, named before anything loads ------------------------------------------
+@pytest.mark.parametrize(
+    ("file", "text", "message"),
+    [
+        ("model_index.json", "[" * 100_000, "model_index.json holds JSON nested deeper than 64 levels"),
+        ("config.json", '{"model_type": ' * 100_000, "config.json holds JSON nested deeper than 64 levels"),
+        ("config.json", '["janus"]', "config.json is not a JSON object"),
+        ("model_index.json", "{", "model_index.json is not valid JSON"),
+    ],
+    ids=["nested-index", "nested-config", "not-an-object", "not-json"],
+)
+def test_the_kind_of_checkpoint_names_a_file_it_cannot_read(file, text, message, tmp_path):
+    (tmp_path / file).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        loading.checkpoint_kind(tmp_path)
+
+
+def _cut_short(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda part: _cut_short(next(part.glob("*.safetensors"))), r"\.safetensors is not a readable safetensors"),
+        (lambda part: (part / "config.json").write_text("[" * 100_000), "config.json holds JSON nested deeper"),
+    ],
+    ids=["weights-cut-short", "nested-config"],
+)  # fmt: skip
+def test_from_pretrained_names_a_damaged_file_before_loading_any_component(
+    family, damage, message, tmp_path, monkeypatch
+):
+    from arjet.pipelines import base
+
+    pipe = tiny_pipeline(family, grid=(2, 2), vocab_size=6)
+    folder = tmp_path / family
+    pipe.save_pretrained(folder)
+    damage(folder / pipe.ar_component)
+    monkeypatch.setattr(base, "load_component", lambda *a, **k: pytest.fail("loaded before the check"))
+    with pytest.raises(
+        ValueError, match=f"the checkpoint '{folder}': {folder / pipe.ar_component}/.*{message}"
+    ):
+        arjet.ARPipeline.from_pretrained(str(folder))

@@ -3,8 +3,17 @@ batches of three, compared code for code with `golden_codes.json`.
 
 The statistical tests say a sampler has the right distribution; this one says a change that should alter
 nothing (a refactor, a faster kernel of the same maths) altered nothing. The file was written by
-`python tests/samplers/test_golden.py` before the samplers' interior was redesigned; write it again only
-for a change that is meant to change codes, and say so in the commit.
+`PYTHONPATH=tests python tests/samplers/test_golden.py`; write it again only for a change that is meant to
+change codes, and say so in the commit.
+
+Every case decodes in float64. In float32 the CPU's kernels (AVX2, AVX-512, AMX, or the default ones)
+round matrix products differently, one probability lands on the other side of a uniform draw, and that
+flipped code changes every later one: float32 codes depend on the machine's instruction set. In float64
+the kernels differ by about 1e-16 instead of 1e-7, too little to move any case's probabilities across its
+draws: the codes are the same with torch's native kernels (AVX-512 and AMX), `ATEN_CPU_CAPABILITY=default`
+and `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`, on one and two
+threads. That float32 decodes draw the distribution float64 ones draw is the last tests' job: a comparison
+of distributions, not of bits.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import guided
-from stats import drawn
+from stats import drawn, two_sample_p_value
 
 GOLDEN = Path(__file__).with_name("golden_codes.json")
+DTYPE = torch.float64  # codes independent of the CPU's instruction set (see above)
 PROMPTS = ["a red circle left of a blue square", "a green triangle"]
 SEEDS = [11, 12, 13]  # three images: the first prompt twice, then the second (batch > 1, mixed prompts)
 TINY_GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3, 5)}
@@ -74,19 +84,19 @@ BUILTIN_SPECS = {
 
 @functools.cache
 def _tiny(family: str):
-    pipe = tiny_pipeline(family, grid=TINY_GRIDS[family], vocab_size=16, logit_scale=3.0)
+    pipe = tiny_pipeline(family, grid=TINY_GRIDS[family], vocab_size=16, logit_scale=3.0, dtype=DTYPE)
     hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
     with torch.random.fork_rng():
         torch.manual_seed(0)
         noise = NoiseConditioning(hidden_size=hidden, levels=4)
         torch.nn.init.normal_(noise.level_mlp[-1].weight, std=0.5)  # untrained but active
-    pipe.register_modules(noise_conditioning=noise)
+    pipe.register_modules(noise_conditioning=noise.to(DTYPE))
     return tiny_drafter(pipe, fc_scale=3.0)
 
 
 @functools.cache
 def _builtin(name: str):
-    pipe = arjet.load(name)
+    pipe = arjet.load(name, dtype=DTYPE)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -127,6 +137,42 @@ def test_the_golden_file_covers_every_registered_sampler_and_nothing_stale():
     covered = {spec.split(":")[0] for _, spec, _ in _cases()}
     assert covered == set(arjet.samplers.available())
     assert set(_golden()) == {_key(*case) for case in _cases()}
+
+
+# -- float32 decodes, compared in distribution ----------------------------------------------------------
+FLOAT32_SPECS = ["ar", "sjd", "sjd-pac", "lantern"]
+FLOAT32_DRAWS = 1000  # images per sample: enough to tell temperature 0.9 from 1.3 (the negative control)
+FLOAT32_SAMPLING = dict(guidance_scale=3.0, temperature=0.9)
+FLOAT32_SEEDS = {torch.float32: 0, torch.float64: 10**6}  # disjoint seeds: the two samples are independent
+
+
+@functools.cache
+def _tiny_in(dtype: torch.dtype):
+    return tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0, dtype=dtype)  # same weights
+
+
+@functools.cache
+def _sample(dtype: torch.dtype, spec: str, temperature: float) -> torch.Tensor:
+    """`[FLOAT32_DRAWS, 4]` codes of the tiny Janus model decoded in `dtype`."""
+    sampling = {**FLOAT32_SAMPLING, "temperature": temperature}
+    prompts = [PROMPTS[0]] * FLOAT32_DRAWS
+    out = _tiny_in(dtype)(prompts, sampler=spec, seed=FLOAT32_SEEDS[dtype], output_type="latent", **sampling)
+    return out.codes.flatten(1)
+
+
+@pytest.mark.parametrize("spec", FLOAT32_SPECS)
+def test_float32_decodes_draw_the_float64_distribution(spec):
+    temperature = FLOAT32_SAMPLING["temperature"]
+    p = two_sample_p_value(
+        _sample(torch.float32, spec, temperature), _sample(torch.float64, spec, temperature)
+    )
+    assert p > 1e-3
+
+
+def test_the_float32_comparison_detects_a_different_temperature():
+    """Negative control: float64 decodes at temperature 1.3 instead of 0.9 are told apart (p ~ 1e-16)."""
+    first = _sample(torch.float32, "sjd", FLOAT32_SAMPLING["temperature"])
+    assert two_sample_p_value(first, _sample(torch.float64, "sjd", 1.3)) < 1e-6
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """Sampler options: declared once on the sampler, read by the registry's schema and the object's own checks;
 every spec option typed, bounded and named in errors; sizes bounded by the grid."""
 
+import dataclasses
+
 import pytest
 
 from arjet import samplers
-from arjet.samplers import SJD, SJD2, SJDPAC, Lantern, Sampler, ZipAR, options_of, registry
+from arjet.samplers import SJD, SJD2, SJDPAC, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
+from arjet.samplers.options import option as declared
+from arjet.samplers.speculative import RuleSampler
 
 
 @pytest.mark.parametrize("name", samplers.available())
@@ -153,3 +157,118 @@ def test_samplers_declare_capabilities_not_names():
     assert requirements(relaxed) == {"codebook": "the lantern acceptance rule"}
     assert requirements(ZipAR(w=2, verify=relaxed)) == {"codebook": "the lantern acceptance rule"}
     assert requirements(samplers.get("zipar+lantern")) == {"codebook": "the lantern acceptance rule"}
+
+
+# -- options cannot change after a sampler is made ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("sampler", "name", "value"),
+    [(SJD(), "window", -1), (SJD(), "init", "bogus"), (Eagle2(), "tree_depth", 10_000)],
+)
+def test_a_sampler_cannot_be_changed_after_it_is_made(sampler, name, value):
+    """Its options were checked when it was made; an assignment would skip them (`window=-1` failed mid-decode,
+    `init="bogus"` decoded silently, `tree_depth=10000` never answered). A changed copy is checked."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(sampler, name, value)
+    assert getattr(sampler, name) != value
+    with pytest.raises(ValueError, match=name):
+        dataclasses.replace(sampler, **{name: value})
+
+
+@pytest.mark.parametrize("spec", samplers.available())
+def test_no_option_of_any_registered_sampler_can_be_assigned(spec):
+    sampler = samplers.get(spec)
+    for item in dataclasses.fields(sampler):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(sampler, item.name, getattr(sampler, item.name))
+
+
+def test_a_changed_sampler_of_ones_own_is_checked_again_before_any_work():
+    """A sampler class that is not frozen can still change: `get` (which every call's check goes through)
+    checks its declared options again, its parts' too."""
+
+    @dataclasses.dataclass
+    class Mine(RuleSampler):
+        window: int = declared(4, "draft slots", minimum=1, maximum=64)
+        acceptance: object = dataclasses.field(default_factory=Lantern)
+
+    mine = Mine()
+    assert samplers.get(mine) is mine
+    mine.window = 0
+    with pytest.raises(ValueError, match="window must be an integer from 1 to 64, got 0"):
+        samplers.get(mine)
+    mine.window, mine.acceptance = 4, "exact"
+    with pytest.raises(ValueError, match="acceptance must be an acceptance rule"):
+        samplers.get(mine)
+
+
+# -- every sampler's step is bounded before any work ---------------------------------------------------------
+GRID = (16, 16)
+VOCAB = 512
+# for each registered sampler, a spec whose step would outgrow a 16x16 grid of 512 codes, and what is said
+OVERSIZED = {
+    "sjd": [("sjd:window=1000", "window=1000 is larger than the 256 cells of this 16x16 grid")],
+    "mc-sjd": [("mc-sjd:window=1000", "window=1000 is larger than the 256 cells")],
+    "lantern": [
+        ("lantern:window=1000", "window=1000 is larger than the 256 cells"),
+        ("lantern:bound=tv,top=64,k=1000", "bound=tv with top=64, k=1000 gathers 32,704 neighbour masses per "
+         "input, more than the defaults' top \\* k of 8000; use top \\* k <= 8000"),
+        ("lantern:drafter=true,tree_width=64,expand=64,tree_depth=16",
+         "tree_width=64, expand=64, tree_depth=16 make a tree of 57,409 nodes, more than the 256 cells of "
+         "this 16x16 grid; use a tree of at most 256 nodes"),
+        ("lantern:drafter=true,tree_width=64,expand=64,tree_depth=8", "a tree of 24,641 nodes"),
+    ],
+    "sjd-pac": [
+        ("sjd-pac:window=1000", "window=1000 is larger than the 256 cells"),
+    ],
+    "eagle": [("eagle:window=1000", "window=1000 is larger than the 256 cells")],
+    "eagle2": [
+        ("eagle2:tree_width=64,expand=64,tree_depth=16", "make a tree of 57,409 nodes, more than the 256 cells"),
+        ("eagle2:tree_width=64,expand=64,tree_depth=8", "make a tree of 24,641 nodes"),
+        ("eagle2:tree_width=16,expand=2,tree_depth=9", "a tree of 241 nodes, more than the limit of 64"),
+    ],
+    "lantern++": [
+        ("lantern++:window=1000", "window=1000 is larger than the 256 cells"),
+        ("lantern++:drafter=true,window=1000", "window=1000 is larger than the 256 cells"),
+        ("lantern++:bound=tv,top=1000,k=1000", "gathers 261,632 neighbour masses per input"),
+    ],
+    "sjd2": [("sjd2:window=1000", "window=1000 is larger than the 256 cells")],
+    "zipar+sjd": [
+        ("zipar+sjd:window=1000", "window=1000 is larger than the 256 cells"),
+        ("zipar+sjd:w=2,window=64", "window=64 is wider than the 16 codes of a row of this 16x16 grid, and "
+         "zipar\\+sjd advances each row by at most its width, with up to 16 rows in one forward; use window "
+         "<= 16"),
+    ],
+    "zipar+lantern": [
+        ("zipar+lantern:window=256", "window=256 is wider than the 16 codes of a row"),
+        ("zipar+lantern:bound=tv,top=100", "gathers 51,100 neighbour masses per input"),
+    ],
+}  # fmt: skip
+# samplers whose step has no size option: `ar` feeds one input per image, plain `zipar` one per running row
+FIXED_STEP = {"ar", "zipar"}
+LIMITED = {"eagle2:tree_width=16,expand=2,tree_depth=9": 64}  # an operator's max_window
+
+
+def test_every_registered_sampler_has_its_oversized_steps_refused():
+    assert set(OVERSIZED) | FIXED_STEP == set(samplers.available())
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"), [case for cases in OVERSIZED.values() for case in cases], ids=lambda v: v[:60]
+)
+def test_an_oversized_step_is_refused_naming_the_options_and_the_bound(spec, message):
+    sampler = samplers.get(spec)  # every option is within its own range
+    with pytest.raises(ValueError, match=message):
+        sampler.check_grid(GRID, LIMITED.get(spec), vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_STEP | set(OVERSIZED)))
+def test_every_sampler_at_its_defaults_fits_a_small_grid(name):
+    """The defaults always pass (on a grid smaller than them too), with the demo's limits."""
+    samplers.get(name).check_grid((3, 3), 64, vocab_size=8)
+    samplers.get(name).check_grid(GRID, 64, vocab_size=VOCAB)
+
+
+def test_a_tree_within_the_grid_passes():
+    samplers.get("eagle2:tree_width=8,expand=4,tree_depth=8").check_grid(GRID, vocab_size=VOCAB)  # 201 nodes
+    samplers.get("zipar+sjd:window=16").check_grid(GRID, vocab_size=VOCAB)  # a row's width
+    samplers.get("lantern:bound=tv,top=8,k=64").check_grid(GRID, vocab_size=VOCAB)

@@ -30,6 +30,40 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     assert torch.isfinite(TopP(0.01)(probs.log())[0, 0])  # the top token always stays
 
 
+def _top_p_before(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The processor as it was before it kept the most likely token explicitly (the reference)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    before = sorted_logits.softmax(-1).cumsum(-1) - sorted_logits.softmax(-1)
+    drop_sorted = before >= top_p
+    return logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 1e-50, 1e-46])
+def test_a_top_p_below_float32s_smallest_keeps_the_most_likely_code(top_p):
+    """1e-300 is 0 in float32: every code's mass-before reached it, the old processor dropped them all and
+    every draw came out code 0. Nucleus sampling keeps at least the most likely code (transformers'
+    min_tokens_to_keep=1): the distribution is the argmax."""
+    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(0))
+    out = TopP(top_p)(logits)
+    assert torch.equal(
+        torch.isfinite(out),
+        torch.zeros_like(out, dtype=torch.bool).scatter(-1, logits.argmax(-1, keepdim=True), True),
+    )
+    probs = LogitsPolicy(top_p=top_p).probs(logits)
+    assert torch.equal(probs, LogitsPolicy(temperature=0).probs(logits))
+    assert torch.isinf(_top_p_before(logits, top_p)).all()  # the control: the old rule kept nothing
+
+
+@pytest.mark.parametrize("top_p", [0.01, 0.1, 0.5, 0.75, 0.9, 0.99, 0.999999])
+def test_ordinary_top_p_values_keep_exactly_the_same_codes_as_before(top_p):
+    """The target distribution of the lossless samplers does not move: for any top_p float32 can hold, the
+    most likely code was already kept (its mass-before is 0)."""
+    generator = torch.Generator().manual_seed(1)
+    for scale in (0.1, 1.0, 10.0, 100.0):
+        logits = scale * torch.randn(32, 1000, generator=generator)
+        assert torch.equal(TopP(top_p)(logits), _top_p_before(logits, top_p))
+
+
 def test_policy_order_is_temperature_then_top_k_then_top_p():
     policy = LogitsPolicy(temperature=0.5, top_k=3, top_p=0.9)
     assert [type(p) for p in policy.processors] == [Temperature, TopK, TopP]

@@ -32,9 +32,12 @@ def pipe():
 
 
 @contextlib.contextmanager
-def serving(pipe, api_key=None, **engine_options):
-    """A server on a free loopback port over one engine of `pipe` (named "tiny"); yields (base URL, engine)."""
+def serving(pipe, api_key=None, warm_up=None, **engine_options):
+    """A server on a free loopback port over one engine of `pipe` (named "tiny"), warmed up with `warm_up`'s
+    sampler if given; yields (base URL, engine)."""
     engine = Engine(pipe, prompt_tokens=32, **{"lanes": 3, **engine_options}).start()
+    if warm_up is not None:
+        engine.warm_up(warm_up)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -121,8 +124,34 @@ def test_models_health_and_sizes(pipe):
         ({"prompt": ""}, "prompt must be a non-empty string", "prompt"),
         ({"prompt": "a", "seed": -1}, "seed must be an integer from 0", "seed"),
         ({"prompt": "a", "sampler": "sjd:windw=3"}, "windw", None),
-        ({"prompt": "a", "temperature": "hot"}, "temperature", None),
+        (
+            {"prompt": "a", "temperature": "hot"},
+            "temperature must be a number or null, got 'hot'",
+            "temperature",
+        ),
         ({"prompt": "a", "size": "7x7"}, "7", None),
+        ({"prompt": "a", "temperature": -1.0}, "temperature", None),  # the engine checks the range
+        # a field of the wrong type is named, whatever the field
+        ({"prompt": "a", "model": ["tiny"]}, "unknown model ['tiny']", "model"),
+        ({"prompt": "a", "model": {"x": 1}}, "unknown model {'x': 1}", "model"),
+        ({"prompt": ["a"]}, "prompt must be a non-empty string, got ['a']", "prompt"),
+        ({"prompt": "a", "n": "2"}, "n must be an integer", "n"),
+        ({"prompt": "a", "n": 1.0}, "n must be an integer", "n"),
+        ({"prompt": "a", "size": 384}, "size must be 'WIDTHxHEIGHT'", "size"),
+        (
+            {"prompt": "a", "response_format": ["b64_json"]},
+            "response_format must be 'b64_json'",
+            "response_format",
+        ),
+        ({"prompt": "a", "user": 7}, "user must be a string, got 7", "user"),
+        ({"prompt": "a", "seed": "7"}, "seed must be an integer", "seed"),
+        ({"prompt": "a", "sampler": ["ar"]}, "sampler must be a string", "sampler"),
+        ({"prompt": "a", "sampler": {"name": "ar"}}, "sampler must be a string", "sampler"),
+        ({"prompt": "a", "guidance_scale": "3"}, "guidance_scale must be a number or null", "guidance_scale"),
+        ({"prompt": "a", "top_p": [0.9]}, "top_p must be a number or null", "top_p"),
+        ({"prompt": "a", "top_k": 2.5}, "top_k must be an integer or null, got 2.5", "top_k"),
+        ({"prompt": "a", "top_k": True}, "top_k must be an integer or null, got True", "top_k"),
+        ({"prompt": "a", "temperature": False}, "temperature must be a number or null", "temperature"),
     ],
 )
 def test_bad_requests_get_openai_style_400s(pipe, body, message, param):
@@ -144,21 +173,86 @@ def test_malformed_json_and_unknown_routes_are_openai_style(pipe):
     assert missing.status_code == 404 and missing.json()["error"]["message"] == "Not Found"
 
 
-def test_an_api_key_is_required_when_set(pipe):
+def _chunks(data: bytes, size: int = 1 << 16):
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def test_hostile_bodies_get_json_errors_never_a_500(pipe):
+    """A body nested 100k deep, one over the size limit (by its Content-Length, or streamed without one; 200k
+    unknown fields are 3 MB), 50k unknown fields: each a short JSON error, and the server goes on."""
+    from arjet.serve.openai_api import MAX_BODY_BYTES
+
+    route = "/v1/images/generations"
+    with serving(pipe) as (url, engine):
+        deep = httpx.post(f"{url}{route}", content=b"[" * 100_000 + b"]" * 100_000, timeout=30)
+        nested = httpx.post(f"{url}{route}", json={"prompt": "a", "seed": [[[[[[[[[[1]]]]]]]]]]}, timeout=30)
+        large = httpx.post(f"{url}{route}", content=b" " * (MAX_BODY_BYTES + 1), timeout=30)
+        streamed = httpx.post(f"{url}{route}", content=_chunks(b" " * (8 * MAX_BODY_BYTES)), timeout=30)
+        fields = httpx.post(f"{url}{route}", json={f"f{i}": 0 for i in range(50_000)} | {"prompt": "a"})
+        many = httpx.post(f"{url}{route}", json={f"field{i}": 0 for i in range(200_000)} | {"prompt": "a"})
+        after = _client(url).images.generate(model="tiny", prompt="star", response_format="b64_json")
+        assert engine.queued == 0
+    assert deep.status_code == 400 and "not valid JSON" in deep.json()["error"]["message"]
+    assert nested.status_code == 400 and nested.json()["error"]["param"] == "seed"
+    assert len(nested.content) < 500
+    for response in (large, streamed, many):
+        assert response.status_code == 413, response.text
+        assert (
+            response.json()["error"]["message"] == f"the request body is larger than {MAX_BODY_BYTES} bytes"
+        )
+    assert large.request.headers["content-length"] and "content-length" not in streamed.request.headers
+    assert fields.status_code == 400 and len(fields.content) < 1000
+    message = fields.json()["error"]["message"]
+    assert "unsupported field(s) f0, f1, f10, f100, f1000 and 49995 more" in message
+    assert len(after.data) == 1
+
+
+def test_more_images_than_the_queue_holds_is_a_400_not_a_429_forever(pipe):
+    with serving(pipe, max_queue=4) as (url, engine):
+        response = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a", "n": 5}, timeout=30)
+        assert engine.queued == 0
+    assert response.status_code == 400 and response.json()["error"]["param"] == "n"
+    assert (
+        "n=5 is more images than this server's queue holds (max_queue=4)"
+        in response.json()["error"]["message"]
+    )
+
+
+def test_an_api_key_is_required_when_set(pipe, monkeypatch):
+    from arjet.serve import openai_api
+
+    compared = []
+    compare = openai_api.secrets.compare_digest
+    monkeypatch.setattr(
+        openai_api.secrets, "compare_digest", lambda a, b: compared.append(1) or compare(a, b)
+    )
     with serving(pipe, api_key="sesame") as (url, _):
-        with pytest.raises(openai.AuthenticationError):
-            _client(url, key="wrong").models.list()
+        for key in ("wrong", "sesamf", "sesame!"):
+            with pytest.raises(openai.AuthenticationError):
+                _client(url, key=key).models.list()
+        odd = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer s\xe9same".encode("latin-1")})
+        assert odd.status_code == 401 and odd.json()["error"]["type"] == "authentication_error"
         assert [model.id for model in _client(url, key="sesame").models.list()] == ["tiny"]
         assert httpx.get(f"{url}/health").status_code == 200  # open, for load balancers
+    assert len(compared) == 5  # every check in constant time
 
 
 def test_a_full_queue_answers_429_with_retry_after(pipe, slow_steps):
     with serving(pipe, lanes=1, max_queue=2) as (url, engine):
-        with pytest.raises(openai.RateLimitError) as refused:
-            # 4 images: even with one already in the lane, 3 would wait where 2 may
-            _client(url).images.generate(model="tiny", prompt="a", n=4, response_format="b64_json")
-        assert refused.value.response.headers["retry-after"] == "1"
-        assert engine.queued == 0  # the images that fitted were taken back
+        first = threading.Thread(
+            target=_client(url).images.generate,
+            kwargs=dict(model="tiny", prompt="a", n=2, response_format="b64_json"),
+        )
+        first.start()  # one image in the lane, one waiting
+        deadline = time.monotonic() + 30
+        while (engine.busy, engine.queued) != (1, 1) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with pytest.raises(openai.RateLimitError) as refused:  # two more: the second finds the queue full
+            _client(url).images.generate(model="tiny", prompt="a", n=2, response_format="b64_json")
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+        first.join(timeout=60)
+        assert engine.queued == 0 and engine.stats.images == 2  # the refused request's image was taken back
         out = _client(url).images.generate(model="tiny", prompt="a", n=2, response_format="b64_json")
     assert len(out.data) == 2
 
@@ -187,6 +281,116 @@ def _wait_idle(engine, seconds=10.0):
     while (engine.busy or engine.queued) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert engine.busy == 0 and engine.queued == 0
+
+
+class StepClock:
+    """The engine's steps so far, as seconds: time limits and estimates in steps, whatever the machine."""
+
+    engine = None
+
+    def __call__(self) -> float:
+        return 0.0 if self.engine is None else float(self.engine.stats.steps)
+
+
+def test_a_burst_gets_images_or_immediate_429s_never_504s_from_a_queue_it_could_not_clear(pipe):
+    """The busy-server case scaled down: 2 lanes, images of 14 steps, a time limit of 40 steps, a queue of 16,
+    and 48 requests from 24 clients at once. Every request is answered exactly once: an image (the solo
+    decode) or a 429 at once whose Retry-After comes from the engine's estimate; none waits in the queue to
+    get a 504."""
+    clock = StepClock()
+    answers: dict[int, object] = {}
+    retry_after: list[int] = []
+    lock = threading.Lock()
+
+    def client(ids, url):
+        for seed in ids:
+            response = httpx.post(
+                f"{url}/v1/images/generations", json={"prompt": "a red circle", "seed": seed}, timeout=120
+            )
+            with lock:
+                assert seed not in answers, "answered twice"
+                answers[seed] = response.status_code
+                if response.status_code == 429:
+                    retry_after.append(int(response.headers["retry-after"]))
+                    assert "longer than its time limit of 40 s" in response.json()["error"]["message"]
+                elif response.status_code == 200:
+                    answers[seed] = _pixels(response.json()["data"][0]["b64_json"])
+
+    with serving(pipe, lanes=2, max_queue=16, time_limit=40, clock=clock) as (url, engine):
+        clock.engine = engine
+        engine.warm_up("ar")  # measures the throughput (in steps)
+        threads = [threading.Thread(target=client, args=(range(c, 48, 24), url)) for c in range(24)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        health = httpx.get(f"{url}/health").json()["models"]["tiny"]
+    assert sorted(answers) == list(range(48)), "a request was never answered"
+    codes = [answer if isinstance(answer, int) else 200 for answer in answers.values()]
+    assert codes.count(504) == 0 and codes.count(429) >= 10 and codes.count(200) >= 6
+    assert set(codes) == {200, 429} and all(seconds >= 1 for seconds in retry_after)
+    assert health["refused"]["overloaded"] == codes.count(429) and health["expired"] == 0
+    for seed, answer in answers.items():
+        if not isinstance(answer, int):
+            assert np.array_equal(answer, _solo(pipe, "a red circle", seed))
+
+
+def test_health_reports_state_refusals_and_estimates(pipe):
+    with serving(pipe, warm_up="ar", lanes=2, time_limit=60) as (url, _):
+        response = httpx.get(f"{url}/health")
+    assert response.status_code == 200 and response.json()["status"] == "ok"
+    model = response.json()["models"]["tiny"]
+    assert model["state"] == "running" and model["error"] is None and model["images"] == 2
+    assert model["refused"] == {"queue_full": 0, "overloaded": 0} and model["expired"] == model["failed"] == 0
+    assert model["throughput"] > 0 and model["latency_seconds"] > 0
+    assert model["expected_wait_seconds"] == model["latency_seconds"]  # free lanes: its own decode
+
+
+def test_a_failing_decode_is_a_json_500_and_the_server_goes_on(pipe, monkeypatch):
+    """A group whose step runs out of memory (the hostile `eagle2` tree): its request gets a JSON 500, other
+    requests and later ones are served, and /health still says ok."""
+    step = LaneGroup.step
+
+    def out_of_memory(self, size, window=None):
+        if self.key.sampler.startswith("sjd"):
+            raise MemoryError("the tree needs GBs")
+        step(self, size, window)
+
+    monkeypatch.setattr(LaneGroup, "step", out_of_memory)
+    with serving(pipe) as (url, engine):
+        failed = httpx.post(
+            f"{url}/v1/images/generations", json={"prompt": "a", "sampler": "sjd:window=3"}, timeout=60
+        )
+        out = _client(url).images.generate(
+            model="tiny", prompt="star", response_format="b64_json", extra_body={"seed": 3}
+        )
+        health = httpx.get(f"{url}/health")
+    assert failed.status_code == 500 and failed.json()["error"]["type"] == "server_error"
+    assert "MemoryError: the tree needs GBs" in failed.json()["error"]["message"]
+    assert np.array_equal(_pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
+    assert health.status_code == 200 and health.json()["models"]["tiny"]["failed"] == 1
+
+
+class Stop(BaseException):
+    """Not an `Exception`: what stops the decode thread (as KeyboardInterrupt would)."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_stopped_engine_is_a_503_and_health_says_so(pipe, monkeypatch):
+    def die(self):
+        raise Stop("stopped")
+
+    monkeypatch.setattr(Engine, "_round", die)
+    with serving(pipe) as (url, engine):
+        deadline = time.monotonic() + 30
+        while engine.state != "failed" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        response = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a"}, timeout=30)
+        health = httpx.get(f"{url}/health")
+    assert response.status_code == 503 and "takes no more work" in response.json()["error"]["message"]
+    assert health.status_code == 503 and health.json()["status"] == "failed"
+    assert health.json()["models"]["tiny"]["state"] == "failed"
+    assert health.json()["models"]["tiny"]["error"] == "Stop('stopped')"
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """The drafter component: its shapes and weights' names, and its save / load round trip in a pipeline."""
 
+import json
+
 import pytest
 import torch
 
@@ -75,6 +77,62 @@ def test_for_adapter_sizes_the_drafter_for_the_target(family):
     drafter = Drafter.for_adapter(pipe.session_adapter())
     width = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
     assert drafter.config.hidden_size == width and drafter.config.intermediate_size == 2 * width
+
+
+def test_sizes_for_measures_the_target_so_that_its_drafter_builds_on_the_meta_device(family):
+    """`sizes_for` runs the target's embedding on its own device (emu3's, lumina's and glm's fail on the meta
+    device); a drafter of those sizes then builds there (what the memory checks do), the sizes
+    `for_adapter` builds with."""
+    adapter = tiny_pipeline(family).session_adapter()
+    sizes = Drafter.sizes_for(adapter, intermediate_size=40, num_attention_heads=2)
+    width = adapter.embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+    assert sizes == {"hidden_size": width, "intermediate_size": 40, "num_attention_heads": 2}
+    with torch.device("meta"):
+        assert Drafter(**sizes).fc.weight.is_meta
+    built = Drafter.for_adapter(adapter, intermediate_size=40, num_attention_heads=2).config
+    assert {key: built[key] for key in sizes} == sizes
+
+
+def _saved_drafter(folder, **config):
+    """A tiny drafter saved in `folder`, its config.json then changed by `config`."""
+    Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2).save_pretrained(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, **config}))
+    return folder
+
+
+def test_from_pretrained_loads_a_drafter_that_fits(tmp_path):
+    drafter = Drafter.from_pretrained(_saved_drafter(tmp_path / "drafter"))
+    assert drafter.config.intermediate_size == 24 and not drafter.fc.weight.is_meta
+
+
+@pytest.mark.parametrize(
+    ("config", "text", "message"),
+    [
+        (
+            {"intermediate_size": 10**12},
+            None,
+            "the drafter config .* describes a model of .* that would take",
+        ),
+        (
+            {"num_attention_heads": 3},
+            None,
+            "the drafter config .* does not describe a model that can be built",
+        ),
+        (None, "[" * 100_000, "config.json holds JSON nested deeper than 64 levels"),
+        (None, "[16, 24]", "the drafter config .* is not a drafter's config"),
+    ],
+    ids=["too-large", "no-model", "nested", "not-an-object"],
+)
+def test_from_pretrained_refuses_a_config_before_allocating(config, text, message, tmp_path, monkeypatch):
+    from diffusers.models.modeling_utils import ModelMixin
+
+    folder = _saved_drafter(tmp_path / "drafter", **(config or {}))
+    if text is not None:
+        (folder / "config.json").write_text(text)
+    monkeypatch.setattr(ModelMixin, "from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
+    with pytest.raises(ValueError, match=message):
+        Drafter.from_pretrained(folder)
 
 
 def test_a_pipeline_saves_and_loads_its_drafter(family, tmp_path):

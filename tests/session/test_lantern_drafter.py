@@ -59,3 +59,28 @@ def test_a_layout_that_does_not_match_is_named(tmp_path):
         read_lantern_drafter(official_folder(tmp_path / "two", state))
     with pytest.raises(FileNotFoundError, match="no config.json"):
         read_lantern_drafter(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('{"hidden_size": 32, "intermediate_size": 2000000000000, "num_attention_heads": 4}',
+         "the LANTERN drafter config .*config.json describes a model of .* that would take"),
+        ('{"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 5}',
+         "the LANTERN drafter config .*config.json does not describe a model that can be built"),
+        ('{"hidden_size": 32}', "lacks a usable 'intermediate_size'"),
+        ("[" * 100_000, "config.json holds JSON nested deeper than 64 levels"),
+        ("[32, 48]", "config.json is not a JSON object"),
+        (b"\xff{}", "config.json is not UTF-8 text"),
+    ],
+    ids=["too-large", "no-model", "no-sizes", "nested", "not-an-object", "not-utf8"],
+)  # fmt: skip
+def test_a_config_is_refused_before_the_weights_are_read(config, message, tmp_path, monkeypatch):
+    import arjet.session.lantern_drafter as lantern
+
+    folder = official_folder(tmp_path / "lantern", official_state())
+    path = folder / "config.json"
+    path.write_bytes(config if isinstance(config, bytes) else config.encode())
+    monkeypatch.setattr(lantern, "load_tensors", lambda *a, **k: pytest.fail("read the weights first"))
+    with pytest.raises(ValueError, match=message):
+        read_lantern_drafter(folder)

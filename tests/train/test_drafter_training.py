@@ -2,9 +2,11 @@
 learns, a pipeline that saves with it and decodes with `eagle`."""
 
 import json
+import re
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import arjet
 from arjet.cli import main
@@ -183,6 +185,40 @@ def test_prompt_sets_read_text_json_coco_and_jsonl(tmp_path):
     assert len(shapes) == 4 and shapes == prompt_set("shapes", 4, 0)
     with pytest.raises(FileNotFoundError, match="no such file"):
         prompt_set(str(tmp_path / "missing.txt"), 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("deep.json", "[" * 100_000, "deep.json holds JSON nested deeper than 64 levels"),
+        ("deep.jsonl", '{"prompt": "a"}\n' + "[" * 100_000, "deep.jsonl, line 2 holds JSON nested deeper"),
+        ("bad.json", '["a", ', "bad.json is not valid JSON (Expecting value at column 7)"),
+        ("list.jsonl", '{"prompt": "a"}\n[1]\n', "list.jsonl: a record is not a JSON object, got [1]"),
+        ("coco.json", '{"annotations": 3}', "coco.json: 'annotations' must be a list"),
+        ("number.json", "3", "number.json holds neither a list of prompts nor COCO captions"),
+    ],
+)
+def test_a_prompt_file_that_is_not_prompts_is_named(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / message}")):
+        prompt_set(str(tmp_path / name), 1, 0)
+
+
+def test_kept_data_that_is_cut_short_is_named_not_read(tmp_path):
+    from arjet.train.drafter import _stored_batch
+
+    path = tmp_path / "batch.safetensors"
+    save_file({"hidden": torch.zeros(2, 3, 4), "codes": torch.zeros(2, 3, dtype=torch.long)}, str(path))
+    hidden, codes = _stored_batch(path)
+    assert hidden.shape == (2, 3, 4) and codes.shape == (2, 3)
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable safetensors file")):
+        _stored_batch(path)
+    save_file({"other": torch.zeros(1)}, str(path))
+    with pytest.raises(
+        ValueError, match=re.escape(f"{path} holds ['other'], not a batch's hidden and codes")
+    ):
+        _stored_batch(path)
 
 
 def _train_in_process(rank: int, port: int, tmp_path, results) -> None:

@@ -3,9 +3,10 @@
 import json
 from dataclasses import dataclass
 
+import pytest
 import torch
 
-from arjet.train.scaffold import TrainingRun
+from arjet.train.scaffold import TrainingRun, uses_bf16
 
 
 @dataclass
@@ -35,3 +36,16 @@ def test_records_go_to_the_log_one_line_each(tmp_path):
     run.log({"step": 2, "loss": 2.0})
     lines = (tmp_path / "logs" / "log.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("capability", "requested", "expected"),
+    [("AVX512", True, True), ("AVX512", False, False), ("AVX2", True, False), ("DEFAULT", True, False)],
+)
+def test_bf16_autocast_only_where_the_cpu_runs_bfloat16_natively(
+    monkeypatch, capability, requested, expected
+):
+    # with AVX2 kernels or fewer torch emulates bfloat16 (slower than float32), and some of its bfloat16
+    # attention kernels fail outright under ATEN_CPU_CAPABILITY=avx2 / default on an AVX-512 machine
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert uses_bf16(requested, "cpu") is expected

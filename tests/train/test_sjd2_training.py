@@ -89,8 +89,8 @@ def test_images_of_another_size_are_refused_by_name(tmp_path, capsys):
             "--max-steps", "1", "--bf16", "false"]  # fmt: skip
     assert main(args) == 2
     assert (
-        f"0.png is {width}x{height + 8}; this model is fine-tuned on {width}x{height} images"
-        in capsys.readouterr().err
+        f"0.png is {width} x {height + 8} pixels, not {width} x {height}; this model is fine-tuned on {width} x "
+        f"{height} images: resize the data set first" in capsys.readouterr().err
     )
 
 

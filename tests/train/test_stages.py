@@ -1,6 +1,7 @@
 """Every `arjet train` stage runs end to end at a toy size and leaves a loadable result."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -162,8 +163,6 @@ def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path, tower):
         "8",
         "--max-steps",
         "2",
-        "--log",
-        str(tmp_path / "log.jsonl"),
     ]
     assert main([*arguments, "--out", str(out)]) == 0
     clip = load_clip(f"domain:{out}")
@@ -171,6 +170,9 @@ def test_clip_stage_saves_a_clip_folder_and_continues_from_it(tmp_path, tower):
     assert clip.encode_images(torch.rand(1, 3, 32, 32)).shape == (1, 16)
     assert main([*arguments, "--out", str(tmp_path / "again"), "--init", str(out)]) == 0
     assert load_clip(f"domain:{tmp_path / 'again'}").encode_texts(["a blue star"]).shape == (1, 16)
+    for run in (out, tmp_path / "again"):  # each run's log in its own folder, nothing appended to another's
+        log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+        assert [record["step"] for record in log] == [2]
 
 
 @pytest.mark.parametrize("attribute,other", [("shape", "color"), ("color", "shape")])
@@ -223,3 +225,30 @@ def test_clip_loss_prefers_the_caption_over_its_hard_negatives():
     assert (
         clip_loss(images, matched[:, :1].reshape(-1, 16), scale) < loss_matched
     )  # no negatives, no hard term
+
+
+def test_a_cache_of_encoded_scenes_is_checked_before_it_is_read(tmp_path):
+    """`--data-cache` is shared between runs, so anyone may have put files there: a codes file of another
+    shape or a scenes file that is not JSON lines is named, never read into a run."""
+    from arjet.train.ar import load_or_encode
+
+    np.save(tmp_path / "train-2.npy", np.zeros((2, 16), dtype=np.uint16))
+    (tmp_path / "train-2.jsonl").write_text('{"layout": "single"}\n{"layout": "single"}')
+    codes, scenes = load_or_encode(None, tmp_path, "train", 2)  # read from the cache: no VQ needed
+    assert codes.shape == (2, 16) and len(scenes) == 2
+    for codes_file, scenes_text, message in (
+        (np.zeros((3, 16), dtype=np.uint16), None, "holds uint16 codes of shape (3, 16), not the [2, cells]"),
+        (np.zeros((2, 16), dtype=np.float64), None, "holds float64 codes of shape (2, 16)"),
+        (None, "{}\n" + "[" * 100_000, "train-2.jsonl, line 2 holds JSON nested deeper than 64 levels"),
+    ):
+        if codes_file is not None:
+            np.save(tmp_path / "train-2.npy", codes_file)
+        if scenes_text is not None:
+            (tmp_path / "train-2.jsonl").write_text(scenes_text)
+            np.save(tmp_path / "train-2.npy", np.zeros((2, 16), dtype=np.uint16))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_or_encode(None, tmp_path, "train", 2)
+    (tmp_path / "train-2.npy").write_bytes(b"\x93NUMPY garbage")
+    (tmp_path / "train-2.jsonl").write_text("{}\n{}")
+    with pytest.raises(ValueError, match="train-2.npy is not a cache of encoded codes"):
+        load_or_encode(None, tmp_path, "train", 2)

@@ -125,6 +125,22 @@ def test_config_from_yaml(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 100_000, "nests deeper than a YAML reader can follow"),
+        ("model:\n  params: [", "is not a YAML file"),
+        (b"\xff\xfe", "is not a YAML file"),
+    ],
+    ids=["nested", "not-yaml", "not-utf8"],
+)
+def test_a_config_that_is_no_yaml_is_named(text, message, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=f"{path} {message}"):
+        convert_module.read_vqgan_config(path)
+
+
+@pytest.mark.parametrize(
     "pixels, message",
     [
         (torch.zeros(3, 16, 16), r"\[B, 3, h, w\].*\(3, 16, 16\)"),

@@ -102,7 +102,6 @@ def _frame(pipe: Any, codes: torch.Tensor) -> Frame:
 
 
 def _finished(pipe: Any, result: EngineResult) -> Frame:
-    codes = result.codes[None].to(pipe._execution_device)
-    image = pipe.decode_codes(codes, output_type="pil")[0]
-    output = ARPipelineOutput(images=[image], codes=codes, stats=[result.stats])
+    image = result.image  # rendered here, in the visitor's thread, as `pipe(...)` renders it
+    output = ARPipelineOutput(images=[image], codes=result.codes[None], stats=[result.stats])
     return Frame(image, result.codes.numel(), result.codes.numel(), output)

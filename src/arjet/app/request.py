@@ -8,6 +8,7 @@ sampler options typed by the registry's schema and capped at `MAX_OPTION_VALUES`
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,14 +58,22 @@ def make_request(
     max_prompt_chars: int = MAX_PROMPT_CHARS,
 ) -> DecodeRequest:
     """A checked request; raises ValueError naming the bad value and what is allowed."""
-    if not isinstance(prompt, str) or not prompt.strip():
+    if prompt is not None and not isinstance(prompt, str):
+        raise ValueError(f"The prompt must be text, got {type(prompt).__name__}: {reprlib.repr(prompt)}.")
+    if not prompt or not prompt.strip():
         raise ValueError("The prompt is empty: describe an image, e.g. 'a red circle left of a blue square'.")
     if len(prompt) > max_prompt_chars:
         raise ValueError(f"The prompt has {len(prompt)} characters; at most {max_prompt_chars} are allowed.")
     checks.text("The prompt", prompt)
     if not isinstance(sampler, str) or sampler not in samplers.available():
-        raise ValueError(f"Unknown sampler {sampler!r}; choose one of {', '.join(samplers.available())}.")
-    options = options if isinstance(options, str) else ""
+        raise ValueError(
+            f"Unknown sampler {reprlib.repr(sampler)}; choose one of {', '.join(samplers.available())}."
+        )
+    if options is not None and not isinstance(options, str):
+        raise ValueError(
+            f"The sampler options must be text, got {type(options).__name__}: {reprlib.repr(options)}."
+        )
+    options = options or ""
     if len(options) > MAX_OPTIONS_CHARS:
         raise ValueError(f"The sampler options have {len(options)} characters; at most {MAX_OPTIONS_CHARS}.")
     spec = sampler_spec(sampler, options)

@@ -27,14 +27,14 @@ import PIL.Image
 
 from .. import checks, samplers
 from ..builtin import available_models, load_model
-from ..engine import Engine, QueueFull
+from ..engine import Engine, Overloaded, QueueFull
 from ..limits import DEMO_LIMITS
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
 from ..reports.plots import commit_step_maps
 from ..reports.tables import markdown_table, number, ratio
 from .live import TimeBudgetExceeded, stream_decode
-from .request import MAX_PROMPT_CHARS, DecodeRequest, make_request
+from .request import LIMITS, MAX_PROMPT_CHARS, DecodeRequest, make_request
 
 logger = logging.getLogger(__name__)
 DISPLAY_SIZE = 320
@@ -68,7 +68,7 @@ class ModelShelf:
         self._lock = threading.Lock()
 
     def get(self, label: str):
-        if label not in self.sources:
+        if not isinstance(label, str) or label not in self.sources:
             raise ValueError(f"Unknown model {label!r}; choose one of {', '.join(self.sources)}.")
         with self._lock:
             if label not in self._loaded:
@@ -87,6 +87,13 @@ class ModelShelf:
                     pipe, lanes=2 * self.lanes, max_queue=4 * self.lanes, clock=self.clock
                 ).start()
             return self._engines[label]
+
+    def warm_up(self) -> None:
+        """Load every model and warm its engine up with the sampler the page offers first (`Engine.warm_up`:
+        the throughput that admission estimates from), before the first visitor; a model that does not load
+        raises here. (The page offers no adaptive mode, so there is no cost model to measure.)"""
+        for label in self.sources:
+            self.engine(label).warm_up(_preferred(sampler_choices(self.get(label))))
 
     def close(self) -> None:
         with self._lock:
@@ -137,9 +144,11 @@ def build_demo(
                 with gr.Row():
                     # no `precision`: Gradio would round 1.5 to 2; `make_request` refuses what is not whole
                     seed = gr.Number(value=0, label="Seed", minimum=0, step=1)
-                    guidance = gr.Slider(0, 20, value=3.0, step=0.5, label="CFG scale")
+                    guidance = gr.Slider(*LIMITS["guidance_scale"], value=3.0, step=0.5, label="CFG scale")
                 with gr.Row():
-                    temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="Temperature (0 = greedy)")
+                    temperature = gr.Slider(
+                        *LIMITS["temperature"], value=1.0, step=0.05, label="Temperature (0 = greedy)"
+                    )
                     top_k = gr.Number(value=0, label="Top-k (0 = model default)", minimum=0, step=1)
                 with gr.Row():
                     generate = gr.Button("Generate", variant="primary")
@@ -168,12 +177,18 @@ def build_demo(
         )
         inputs = [model, prompt, sampler, options, seed, guidance, temperature, top_k]
         outputs = [image, baseline, heat, stats]
-        generate.click(
-            decode, inputs, outputs, api_name="generate", concurrency_limit=lanes, concurrency_id="decode"
-        )
-        versus.click(
-            compare, inputs, outputs, api_name="compare", concurrency_limit=lanes, concurrency_id="decode"
-        )
+        # the values as sent (no `preprocess`): `make_request` checks every one and names a bad one, where
+        # Gradio's own conversion would answer a value of the wrong type with a generic error
+        for button, handler, name in ((generate, decode, "generate"), (versus, compare, "compare")):
+            button.click(
+                handler,
+                inputs,
+                outputs,
+                api_name=name,
+                concurrency_limit=lanes,
+                concurrency_id="decode",
+                preprocess=False,
+            )
     demo.queue(max_size=max_queue, default_concurrency_limit=lanes)
     demo.shelf = shelf  # the engines, for whoever closes the demo
     return demo
@@ -281,6 +296,11 @@ def _run(
         ValueError
     ) as error:  # e.g. a sampler that needs what this model lacks (sjd2 without its fine-tune)
         raise _refused(str(error)) from None
+    except Overloaded as busy:
+        raise _refused(
+            f"The demo is busy: your image would take about {busy.expected_wait:.0f} s, past its time budget "
+            f"of {budget.seconds:g} s; please try again in {busy.retry_after:.0f} s."
+        ) from None
     except QueueFull:
         raise _refused("The demo is busy; please try again in a moment.") from None
     except Exception as error:  # the page gets a readable line, the operator the traceback (once)

@@ -21,8 +21,9 @@ cell, and compare with plain `ar` on the same prompt and seed.
   arjet app --model shapes --model /models/Janus-Pro-1B --device cuda
 
 Visitors share each model's continuous-batching engine: --lanes of them are served at once, --max-queue
-more may wait (beyond that they are refused), and an image that takes longer than --time-limit is stopped
-so its lane serves the next."""
+more may wait (beyond that, or when the engine expects an image to take longer than --time-limit, they are
+refused at once), and an image that still takes longer is stopped so its lane serves the next. Every model
+loads, and its engine decodes one full batch (measuring its throughput), before the demo listens."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,5 +54,9 @@ def run(args: argparse.Namespace) -> int:
     demo = build_demo(
         choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit, lanes=args.lanes
     )
-    serve(demo, args.host, args.port)
+    try:
+        demo.shelf.warm_up()  # a model that does not load is refused here, before listening
+        serve(demo, args.host, args.port)
+    finally:
+        demo.shelf.close()
     return 0

@@ -16,6 +16,7 @@ from .options import (
     add_sampling_arguments,
     add_seed_argument,
     add_size_arguments,
+    check_model_arguments,
     compile_argument,
     json_output,
     json_text,
@@ -169,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_kwargs(args)  # checked here, before any model loads
     compile = compile_argument(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir, data_dir_option="--data-dir")
+    if arch is None:
+        check_model_arguments(args)
 
     # 2. the model, then the bench
     call = {**sampling, "height": args.height, "width": args.width, "compile": compile}
@@ -240,19 +243,26 @@ def _throughput(args, arch, specs, prompts, call, path, plot, print_json) -> int
         throughput(result.to_dict()["rows"]).savefig(plot, dpi=120)
     if print_json:
         print(json_text(result.to_dict()))
-        return 0
+    else:
+        _print_throughput(result, prompts, (path, plot))
+    for message in result.warnings:  # last, as the bench's: why its seconds may not be trustworthy
+        warnings.warn(message, stacklevel=1)
+    return 0
+
+
+def _print_throughput(result, prompts: list[str], written: tuple) -> None:
     env = result.environment
     print(
-        f"\n{len(prompts)} images per measurement on {env['device']} ({env['threads']} threads), through the engine"
+        f"\n{len(prompts)} images per measurement on {env['device']} ({env['torch_threads']} threads), through "
+        "the engine"
     )
     print(result.table())
     for row in result.rows:
         if row.windows:
             print(f"{row.sampler} at concurrency {row.concurrency}: steps by window {row.windows}")
-    for written in (path, plot):
-        if written is not None:
-            print(f"wrote {written}")
-    return 0
+    for path in written:
+        if path is not None:
+            print(f"wrote {path}")
 
 
 SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults

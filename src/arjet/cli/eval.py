@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import warnings
 from pathlib import Path
 
 from .. import checks
@@ -152,13 +151,10 @@ def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> li
     count = 0
     for piece in (p.strip() for p in text.split(",") if p.strip()):
         first, dash, last = piece.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if dash else low
-        except ValueError:
-            raise ValueError(
-                f"{option} takes integers >= 0 like '0', '0,1,2' or '0-3', got {text!r}"
-            ) from None
+        low = checks.integer_from_text(first)  # ASCII digits, as every integer option reads
+        high = checks.integer_from_text(last) if dash else low
+        if low is None or high is None:
+            raise ValueError(f"{option} takes integers >= 0 like '0', '0,1,2' or '0-3', got {text!r}")
         if not 0 <= low <= high < checks.SEED_LIMIT:
             raise ValueError(
                 f"{option} takes integers from 0 to 2**63 - 1 and ranges low-high with low <= high, got {piece!r}"
@@ -170,6 +166,20 @@ def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> li
     if not ranges:
         raise ValueError(f"{option} lists no seed: {text!r}")
     return list(dict.fromkeys(seed for values in ranges for seed in values))
+
+
+def first_prompts(args: argparse.Namespace) -> list[str]:
+    """The run's prompts: the first `--n` of the set (default `DEFAULT_N`, or all of a smaller set); an
+    `--n` beyond the set's size is refused, naming the size, rather than quietly running fewer."""
+    from ..eval.prompts import load_prompts
+
+    prompts = load_prompts(args.prompts, None, args.data_dir, data_dir_option="--data-dir")
+    if args.n is not None and args.n > len(prompts):
+        raise ValueError(
+            f"--n {args.n} is more than the {len(prompts):,} prompts of {args.prompts!r}; pass --n "
+            f"{len(prompts)} or fewer (or leave --n out: the first {DEFAULT_N}, or all of a smaller set)"
+        )
+    return prompts[: args.n or DEFAULT_N]
 
 
 def canonical_command(args: argparse.Namespace) -> str:
@@ -201,7 +211,7 @@ def _optional(spec: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..builtin import DEFAULT_MODEL, available_models
-    from ..eval.prompts import PROMPT_SETS, load_prompts
+    from ..eval.prompts import PROMPT_SETS
     from ..eval.reference import reference_source
     from ..eval.report import judge_note
     from ..eval.runner import join_processes, run_eval
@@ -219,15 +229,10 @@ def run(args: argparse.Namespace) -> int:
         checks.output_dir("--stats-cache", args.stats_cache)
     check_model_arguments(args)
     state = join_processes(args.device)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        prompts = load_prompts(args.prompts, args.n, args.data_dir, data_dir_option="--data-dir")
-    prompts = prompts if args.n is not None else prompts[:DEFAULT_N]
+    prompts = first_prompts(args)
     if state.is_main_process:
         if args.seeds is not None:
             note(args, "--seeds is deprecated; use --seed (it takes the same '0', '0,1,2' or '0-3')")
-        for warning in caught:
-            note(args, str(warning.message))
         judged = judge_note(args.prompts, _optional(args.fid_features), _optional(args.clip_model))
         if judged:
             note(args, judged)

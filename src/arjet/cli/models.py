@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
+from .. import checks
 from .options import add_command
 
 DESCRIPTION = """List the models arjet has at hand, one line each: the built-in models (`--model NAME`;
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     names = available_models()
     width = max([len(name) for name in names] + [len(name) for name in PRESETS])
     for name in names:
-        index = json.loads((model_path(name) / "model_index.json").read_text(encoding="utf-8"))
+        index = checks.read_json(model_path(name) / "model_index.json")
         traits = [index.get("_class_name", "?")]
         if (index.get("noise_conditioning") or [None])[0] is not None:
             traits.append("noise_conditioning (for sjd2)")

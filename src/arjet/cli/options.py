@@ -202,11 +202,14 @@ def json_output(args: argparse.Namespace) -> tuple[bool, str | None, str | None]
 def check_model_arguments(args: argparse.Namespace) -> str:
     """The checkpoint folder `--model` names (a built-in name, a folder, or a hub id already in the local
     Hugging Face cache), found without loading anything or using the network; FileNotFoundError naming
-    the path otherwise."""
+    the path otherwise, and a ValueError naming the file when one of its files is cut short or malformed
+    (`checks.check_checkpoint_files`)."""
     from ..builtin import resolve_model
     from ..pipelines.loading import resolve_checkpoint
 
-    return str(resolve_checkpoint(resolve_model(args.model)))
+    folder = str(resolve_checkpoint(resolve_model(args.model)))
+    checks.check_checkpoint_files("--model", folder)
+    return folder
 
 
 def parse_specs(text: str, extra: list[str] | None = None, modes: tuple[str, ...] = ()) -> list[str]:
@@ -308,7 +311,8 @@ def add_server_arguments(
 
 
 def model_choices(values: list[str] | None) -> dict[str, str] | None:
-    """{label: source} for `--model` values; a folder is labelled by its name."""
+    """{label: source} for `--model` values; a folder is labelled by its name. A folder whose files are cut
+    short or malformed is refused here, before any of the models loads (`checks.check_checkpoint_files`)."""
     if not values:
         return None
     from ..builtin import available_models
@@ -319,6 +323,8 @@ def model_choices(values: list[str] | None) -> dict[str, str] | None:
             raise FileNotFoundError(
                 f"--model {value!r} is neither a built-in model ({', '.join(available_models())}) nor a local folder"
             )
+        if value not in available_models():
+            checks.check_checkpoint_files("--model", value)
         choices[Path(value).name if Path(value).is_dir() else value] = value
     return choices
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
 
 from .options import (
     add_command,
@@ -27,9 +31,15 @@ DESCRIPTION = """Serve the OpenAI images API: POST /v1/images/generations, GET /
                                extra_body={"sampler": "mc-sjd", "seed": 0})
 
 Each model runs one engine: requests share its --lanes as images finish and new ones arrive; beyond
---max-queue waiting images a request gets 429 with Retry-After; one that takes longer than --time-limit
-gets 504; a client that disconnects frees its lanes. Several GPUs: one server per device (--device cuda:N)
-behind any HTTP load balancer."""
+--max-queue waiting images, or when the engine expects a request to take longer than --time-limit (the
+images ahead of it over the throughput it measures), a request gets 429 at once with Retry-After; one that
+still takes longer gets 504; a client that disconnects frees its lanes. Before it listens, the server
+decodes one full batch per model (measuring the adaptive mode's costs and the throughput). Several GPUs:
+one server per device (--device cuda:N) behind any HTTP load balancer.
+
+API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
+--api-key KEY works too, but every user of this machine sees it in `ps`."""
+API_KEY_VARIABLE = "ARJET_API_KEY"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +60,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_threads_argument(parser)
     add_compile_argument(parser)
     parser.add_argument(
-        "--api-key", default=None, help="require `Authorization: Bearer KEY` on every route but /health"
+        "--api-key-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="require `Authorization: Bearer KEY` on every route but /health, KEY being the file's first "
+        f"line (or set {API_KEY_VARIABLE}; default: no key)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="as --api-key-file, with the key itself (visible to every local user in `ps`: prefer "
+        f"{API_KEY_VARIABLE} or --api-key-file)",
     )
     parser.set_defaults(func=run)
 
@@ -59,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     check_listen_address(args.host, args.port)  # before the models load
     choices = model_choices(args.model) or {"shapes": "shapes"}
     compile = compile_argument(args)
-    if args.api_key is not None and not args.api_key.strip():
-        raise ValueError("--api-key must not be empty")
+    api_key = read_api_key(args, os.environ)
 
     import uvicorn
 
@@ -77,10 +98,35 @@ def run(args: argparse.Namespace) -> int:
             engines[name] = Engine(
                 pipe, lanes=args.lanes, max_queue=args.max_queue, time_limit=args.time_limit, compile=compile
             ).start()
-        app = create_app(engines, api_key=args.api_key)
+            engines[name].warm_up()  # the adaptive mode's costs and the throughput, before the first request
+        app = create_app(engines, api_key=api_key)
         print(f"serving {', '.join(engines)} on http://{args.host}:{args.port}/v1", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         for engine in engines.values():
             engine.close()
     return 0
+
+
+def read_api_key(args: argparse.Namespace, environment: Mapping[str, str]) -> str | None:
+    """The API key from --api-key-file, --api-key (with a warning: `ps` shows it) or ARJET_API_KEY (in that
+    order of precedence; at most one of the two options); None: no key. An empty key is refused."""
+    if args.api_key_file is not None and args.api_key is not None:
+        raise ValueError("give the API key once: --api-key-file or --api-key, not both")
+    if args.api_key_file is not None:
+        lines = args.api_key_file.read_text(encoding="utf-8").splitlines()
+        key, source = (lines[0].strip() if lines else ""), f"--api-key-file {args.api_key_file}"
+    elif args.api_key is not None:
+        warnings.warn(
+            f"--api-key shows the key to every user of this machine (in `ps`); set {API_KEY_VARIABLE} or use "
+            "--api-key-file instead",
+            stacklevel=2,
+        )
+        key, source = args.api_key.strip(), "--api-key"
+    elif API_KEY_VARIABLE in environment:
+        key, source = environment[API_KEY_VARIABLE].strip(), API_KEY_VARIABLE
+    else:
+        return None
+    if not key:
+        raise ValueError(f"the API key from {source} is empty")
+    return key

@@ -14,8 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import checks
 from ..train.configs import STAGES
+from ..train.scaffold import check_outputs
 from . import types
 from .options import add_command
 
@@ -111,22 +111,6 @@ def run(stage: str, args: argparse.Namespace) -> int:
         raise
     print(f"arjet train: saved {SUMMARIES[stage][1]} to {Path(saved).resolve()}")
     return 0
-
-
-def check_outputs(config: Any) -> list[Path]:
-    """Check every folder and file the stage writes (its fields marked `output`) before any work; returns the
-    folders a run would make, the deepest first."""
-    made: set[Path] = set()
-    for item in fields(config):
-        kind, value = item.metadata.get("output"), getattr(config, item.name)
-        option = "--" + item.name.replace("_", "-")
-        if kind == "folder":
-            checks.output_dir(option, value)
-            made.update(checks.missing_folders(value))
-        elif kind == "file":
-            checks.output_file(option, value, new_folders=True)
-            made.update(checks.missing_folders(Path(value).expanduser().parent))
-    return sorted(made, key=lambda folder: len(folder.parts), reverse=True)
 
 
 def _trainer(stage: str):

@@ -13,6 +13,7 @@ from .shapes import (
     Shape,
     describe,
     render,
+    render_bytes,
     sample_scene,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "describe",
     "heldout_set",
     "render",
+    "render_bytes",
     "render_reference",
     "sample_scene",
     "split_item",

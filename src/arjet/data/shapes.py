@@ -152,6 +152,17 @@ def _spots(rng, count: int) -> list[tuple[float, float]]:
 
 
 # -- rendering --------------------------------------------------------------------------------------
+# bytes per pixel of the supersampled canvas while one render runs: a noise texture in float64 (24), the
+# float32 pixels and their clipped copy (24), the uint8 canvas and PIL's 4-byte pixels (7), some to spare
+CANVAS_BYTES_PER_PIXEL = 64
+
+
+def render_bytes(size: int) -> int:
+    """The memory one `render(scene, size)` takes at its peak, in bytes (its canvas is `4 * size` a side),
+    for a caller to check before asking for a size no machine can draw."""
+    return CANVAS_BYTES_PER_PIXEL * (SUPERSAMPLE * size) ** 2
+
+
 def render(scene: Scene, size: int = 64) -> PIL.Image.Image:
     big = size * SUPERSAMPLE
     image = PIL.Image.fromarray(_background(scene.background, big))

@@ -14,13 +14,26 @@ stream keyed by the request's seed and counted from its own start, its own rows 
 sampler state, so a request decodes to the same codes as `pipe(prompt, seed=...)` alone, whatever arrives
 before, beside or after it (bit for bit on the CPU in float32; tested). In adaptive mode (`sampler=
 "adaptive"`: MC-SJD with a window of up to 16) the engine picks each step's window from the load
-(`arjet.engine.cost`): every window is exact, so the images have exactly `ar`'s distribution, though not the
-codes of a fixed window.
+(`arjet.pipelines.adaptive`): every window is exact, so the images have exactly `ar`'s distribution, though
+not the codes of a fixed window.
+
+Admission: a request whose expected wait (`arjet.engine.admission`: the images ahead of it over the measured
+throughput, plus its own decode) exceeds its time limit is refused at once (`Overloaded`), as one beyond
+`max_queue` is (`QueueFull`); both say when to retry.
+
+Containment: a failure stays with what failed. A step callback (`on_step`) that raises fails its own request;
+a group whose step raises (out of memory, say) fails its requests and is dropped; anything else that raises
+in a round fails the requests in flight, and the engine goes on. Only an exception that is not an
+`Exception` (KeyboardInterrupt, say) stops the decode thread; then `state` says "failed" and `submit` raises
+`EngineStopped`.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,17 +42,29 @@ from typing import Any
 
 import torch
 
-from .. import samplers as sampler_registry
+from .. import checks
+from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, widest_spec, window_runs
 from ..pipelines.base import BaseARPipeline
+from ..pipelines.inputs import CheckedInputs
 from ..samplers import Sampler, SamplingOptions
 from ..samplers.capture import compile_mode
 from ..samplers.random import KEY_LIMIT, image_keys
-from .cost import WINDOWS, CostModel
-from .lanes import LaneGroup, buckets
-from .requests import ADAPTIVE, Cancelled, EngineResult, GroupKey, QueueFull, Request
+from .admission import Estimate, Load, Throughput
+from .lanes import MAX_LANES, LaneGroup, LaneStatus, buckets, check_lane_memory
+from .requests import (
+    Cancelled,
+    DecodeFailed,
+    EngineResult,
+    EngineStopped,
+    GroupKey,
+    Overloaded,
+    QueueFull,
+    Request,
+)
 
-ADAPTIVE_SPEC = "mc-sjd:window=16"  # the sampler the adaptive mode narrows step by step
+logger = logging.getLogger(__name__)
 CALIBRATION_IMAGES = 4  # images per window that measure the adaptive mode's yields when a group starts
+WARM_UP_PROMPT = "a red circle left of a blue square"
 
 
 @dataclass
@@ -51,6 +76,11 @@ class EngineStats:
     lane_steps: int = 0  # lanes of the groups that stepped, step by step
     busy_lane_steps: int = 0  # of those, lanes holding an image
     windows: collections.Counter = field(default_factory=collections.Counter)  # adaptive steps by window
+    queue_full: int = 0  # requests refused: `max_queue` waiting already
+    overloaded: int = 0  # requests refused: expected to wait past their time limit
+    expired: int = 0  # requests stopped at their time limit (waiting or decoding)
+    failed: int = 0  # requests failed by an error (their group's, their own step callback's)
+    group_failures: int = 0  # groups dropped after an error
 
     @property
     def utilisation(self) -> float:
@@ -59,29 +89,40 @@ class EngineStats:
 
     def snapshot(self) -> EngineStats:
         """A copy of the figures as they are now."""
-        return EngineStats(
-            self.images, self.steps, self.lane_steps, self.busy_lane_steps, collections.Counter(self.windows)
-        )
+        return EngineStats(**{name: _copy(value) for name, value in self._values()})
 
     def since(self, earlier: EngineStats) -> EngineStats:
         """What happened after `earlier` (a `snapshot`)."""
-        return EngineStats(
-            self.images - earlier.images,
-            self.steps - earlier.steps,
-            self.lane_steps - earlier.lane_steps,
-            self.busy_lane_steps - earlier.busy_lane_steps,
-            self.windows - earlier.windows,
-        )
+        return EngineStats(**{name: value - getattr(earlier, name) for name, value in self._values()})
+
+    def _values(self) -> list[tuple[str, Any]]:
+        return [(item.name, getattr(self, item.name)) for item in dataclasses.fields(self)]
+
+
+def _copy(value: Any) -> Any:
+    return collections.Counter(value) if isinstance(value, collections.Counter) else value
+
+
+@dataclass
+class _Plan:
+    """What a round starts: requests in free lanes of existing groups, requests that open a group of their
+    key (made outside the lock), and the requests of a non-continuous sampler to run as one call."""
+
+    admissions: list[tuple[LaneGroup, int, Request]] = field(default_factory=list)
+    opening: dict[GroupKey, list[Request]] = field(default_factory=dict)
+    static: list[Request] = field(default_factory=list)
 
 
 class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
 
-    `lanes`: images a group decodes at once; `max_queue`: requests that may wait (`submit` raises `QueueFull`
-    beyond it); `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of
-    every lane's prompt region (default: 256, or less when the model's positions leave less next to the
-    image); `max_groups`: groups decoding side by side; `time_limit`: seconds a request may take from its
-    submission (None: no limit); `compile`: as `pipe(..., compile=)`."""
+    `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the device's
+    free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it); `prompt_tokens`:
+    the longest prompt (chat template included) a request may have, the size of every lane's prompt region;
+    `max_groups`: groups decoding side by side; `time_limit`: seconds a request may take from its submission
+    (None: no limit; a request expected to take longer is refused with `Overloaded`); `compile`: as
+    `pipe(..., compile=)`; `clock`: the clock of time limits and of the admission's estimates (tests step
+    it by hand); the stats' durations use `time.monotonic`."""
 
     def __init__(
         self,
@@ -95,23 +136,29 @@ class Engine:
         compile: bool | str = False,
         clock: Callable[[], float] = time.monotonic,
     ):
-        for name, value in (("lanes", lanes), ("max_queue", max_queue), ("prompt_tokens", prompt_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(max_groups, int) or max_groups < 1:
-            raise ValueError(f"max_groups must be an integer >= 1, got {max_groups!r}")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+        checks.integer("lanes", lanes, 1, MAX_LANES)
+        for name, value in (
+            ("max_queue", max_queue),
+            ("prompt_tokens", prompt_tokens),
+            ("max_groups", max_groups),
+        ):
+            checks.integer(name, value, 1)
+        if not callable(clock):
+            raise ValueError(f"clock must be a function returning seconds, got {clock!r}")
         self.pipe = pipe
         self.lanes, self.max_queue, self.prompt_tokens = lanes, max_queue, prompt_tokens
-        self.max_groups, self.time_limit = max_groups, time_limit
+        self.max_groups, self.time_limit = max_groups, _time_limit(time_limit)
         self.compile = compile_mode(compile, pipe._execution_device)
-        self.clock = clock  # of time limits only (tests step it by hand); durations use time.monotonic
+        check_lane_memory(pipe, lanes, max_groups, prompt_tokens)
+        self.clock = clock
         self.stats = EngineStats()
+        self._throughput = Throughput(window=max(2 * lanes, 8))
         self._queue: collections.deque[Request] = collections.deque()
         self._lock = threading.Condition()
         self._groups: dict[GroupKey, LaneGroup] = {}
         self._costs: dict[GroupKey, CostModel] = {}
+        self._taken: list[Request] = []  # requests this round took from the queue that hold no lane yet
+        self._measuring = 0.0  # seconds of this round spent measuring the adaptive mode's costs
         self._closing = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -149,6 +196,21 @@ class Engine:
         return self._closing
 
     @property
+    def state(self) -> str:
+        """The engine's state: "running", "not started", "closed", or "failed" (its decode thread stopped
+        after an error: see `error`)."""
+        if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
+            return "failed"
+        if self._closing:
+            return "closed"
+        return "not started" if self._thread is None else "running"
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the decode thread, if something did."""
+        return self._error
+
+    @property
     def queued(self) -> int:
         with self._lock:
             return len(self._queue)
@@ -157,6 +219,11 @@ class Engine:
     def busy(self) -> int:
         """Lanes holding an image now, over every group."""
         return sum(len(group.busy) for group in list(self._groups.values()))
+
+    def estimate(self) -> Estimate:
+        """The measured throughput and latency, and the wait a request submitted now should expect."""
+        with self._lock:
+            return self._throughput.estimate(self._load())
 
     def submit(
         self,
@@ -171,24 +238,25 @@ class Engine:
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        output_type: str = "pil",
         on_step: Callable[[torch.Tensor], None] | None = None,
         time_limit: float | None = None,
     ) -> Request:
-        """Queue one image; returns the `Request` (`request.result()` waits for its `EngineResult`,
-        `request.cancel()` stops it). Every argument is checked as `pipe(...)` checks it, before it is queued;
-        `sampler="adaptive"` is the engine's adaptive mode. `on_step(codes)` gets the image's codes `[H, W]`
-        (-1 where not decoded yet) after every step (from the engine's thread: keep it quick). Raises
-        `QueueFull` when `max_queue` requests wait already."""
-        if self._error is not None:
-            raise RuntimeError("the engine stopped after an error") from self._error
-        if not isinstance(prompt, str):
-            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}: {prompt!r}")
-        adaptive = isinstance(sampler, str) and sampler.strip() == ADAPTIVE
-        if seed is None and generator is None:  # a seed of its own, so that a pipe(...) call can redo it
-            seed = int(torch.randint(0, KEY_LIMIT - 1, ()))
-        call = self.pipe.check_inputs(
+        """Queue one image; returns the `Request` (`request.result()` waits for its `EngineResult`, whose
+        `image` is in `output_type` as `pipe(...)` makes it; `request.cancel()` stops it). Every argument is
+        checked as `pipe(...)` checks it, before it is queued; `sampler="adaptive"` is the engine's adaptive
+        mode. `on_step(codes)` gets the image's codes `[H, W]` (-1 where not decoded yet) after every step
+        (from the engine's thread: keep it quick; if it raises, the request fails with its error).
+        `time_limit`: seconds from now (None: the engine's). Raises `QueueFull` when `max_queue` requests
+        wait already, `Overloaded` when the request is expected to take longer than its time limit (both
+        with `retry_after` seconds), `EngineStopped` when the engine takes no more work."""
+        self._check_running()
+        limit = self.time_limit if time_limit is None else _time_limit(time_limit)
+        if on_step is not None and not callable(on_step):
+            raise ValueError(f"on_step must be a function of the codes or None, got {on_step!r}")
+        request = self._request(
             prompt,
-            sampler=ADAPTIVE_SPEC if adaptive else sampler,
+            sampler=sampler,
             seed=seed,
             generator=generator,
             height=height,
@@ -197,6 +265,87 @@ class Engine:
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
+            output_type=output_type,
+            on_step=on_step,
+            deadline=None if limit is None else self.clock() + limit,
+        )
+        self._enqueue(request, limit)
+        return request
+
+    def warm_up(
+        self,
+        sampler: str | Sampler = ADAPTIVE,
+        *,
+        prompt: str = WARM_UP_PROMPT,
+        images: int | None = None,
+        **options: Any,
+    ) -> list[EngineResult]:
+        """Before serving: decode `images` images (default: `lanes`) of `prompt` at once with `sampler` and the
+        default size and sampling options (or `options`, as `submit` takes them), and wait for them. The
+        adaptive mode measures its cost model for that group here, so a first adaptive request of the same
+        options measures nothing; the throughput estimate starts from a full engine's. Starts the engine; the
+        warm-up's images have no time limit and no queue bound."""
+        count = self.lanes if images is None else checks.integer("images", images, 1, MAX_LANES)
+        self.start()
+        self._check_running()
+        requests = [
+            self._request(prompt, sampler=sampler, seed=i, output_type="latent", **options)
+            for i in range(count)
+        ]
+        for request in requests:
+            self._enqueue(request, None, bounded=False)
+        return [request.result() for request in requests]
+
+    def generate(self, prompts: Iterable[str], *, seed: int = 0, **options: Any) -> list[EngineResult]:
+        """Every prompt through the engine (prompt `i` with seed `seed + i`), waiting for all; the results
+        in prompt order. `options` as `submit`."""
+        requests = [self.submit(prompt, seed=seed + i, **options) for i, prompt in enumerate(prompts)]
+        return [request.result() for request in requests]
+
+    # -- requests ---------------------------------------------------------------------------------------
+    def _check_running(self) -> None:
+        if self._error is not None:
+            raise EngineStopped(
+                f"the engine's decode thread stopped after an error ({self._error!r})"
+            ) from self._error
+        if self._closing:
+            raise EngineStopped("the engine is closed")
+
+    def _request(
+        self,
+        prompt: str,
+        *,
+        sampler: str | Sampler = "ar",
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        guidance_scale: float | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        output_type: str = "pil",
+        on_step: Callable[[torch.Tensor], None] | None = None,
+        deadline: float | None = None,
+    ) -> Request:
+        """A checked request (as `pipe(...)` checks its arguments), not queued yet."""
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}: {prompt!r}")
+        adaptive = is_adaptive(sampler)
+        if seed is None and generator is None:  # a seed of its own, so that a pipe(...) call can redo it
+            seed = int(torch.randint(0, KEY_LIMIT - 1, ()))
+        call = self.pipe.check_inputs(
+            prompt,
+            sampler=widest_spec(self.pipe.limits.max_window) if adaptive else sampler,
+            seed=seed,
+            generator=generator,
+            height=height,
+            width=width,
+            guidance_scale=guidance_scale,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            output_type=output_type,
         )
         length = self.pipe.prompt_length(prompt, call.grid)
         if length > self.prompt_tokens:
@@ -213,10 +362,9 @@ class Engine:
             options.top_k,
             options.top_p,
         )
-        limit = self.time_limit if time_limit is None else time_limit
         generator = call.generators[0] if isinstance(call.generators, list) else call.generators
         generator_state = generator.get_state()  # for a pipe(...) call, which draws the key again
-        request = Request(
+        return Request(
             prompt,
             call,
             image_keys([generator], 1),
@@ -225,17 +373,53 @@ class Engine:
             size=(height, width),
             generator_state=generator_state,
             on_step=on_step,
-            deadline=None if limit is None else self.clock() + limit,
+            deadline=deadline,
             withdraw=self._withdraw,
         )
+
+    def _enqueue(self, request: Request, limit: float | None, bounded: bool = True) -> None:
+        """Queue `request`, or refuse it: `QueueFull` beyond `max_queue`, `Overloaded` when its expected wait
+        is longer than `limit` seconds."""
         with self._lock:
             if self._closing:
-                raise RuntimeError("the engine is closed")
-            if len(self._queue) >= self.max_queue:
-                raise QueueFull(f"{len(self._queue)} requests are waiting (max_queue={self.max_queue})")
+                raise EngineStopped("the engine is closed")
+            if bounded and len(self._queue) >= self.max_queue:
+                self.stats.queue_full += 1
+                raise QueueFull(
+                    f"{len(self._queue)} requests are waiting (max_queue={self.max_queue})",
+                    self._throughput.drain_seconds(self._load(), len(self._queue) - self.max_queue + 1),
+                )
+            if limit is not None:
+                self._refuse_if_late(limit)
             self._queue.append(request)
             self._lock.notify_all()
-        return request
+
+    def _load(self) -> Load:
+        """Under the lock: what a request queued now would find (lanes' progress, requests ahead of it). One
+        group's lanes: requests of another group are counted as if they shared them (a wait overestimated,
+        never under)."""
+        now = self.clock()
+        started = [
+            r.started for group in list(self._groups.values()) for r in group.requests if r is not None
+        ]
+        started += [None] * len(self._taken)  # taken by this round, not started yet
+        elapsed = [0.0 if start is None else now - start for start in started]
+        return Load(self.lanes, elapsed, len(self._queue))
+
+    def _refuse_if_late(self, limit: float) -> None:
+        """Under the lock: `Overloaded` when a request queued now is expected to take longer than `limit`."""
+        load = self._load()
+        wait = self._throughput.expected_wait(load)
+        if wait is None or wait <= limit:
+            return
+        self.stats.overloaded += 1
+        raise Overloaded(
+            f"the engine expects this request to take {wait:.3g} s ({load.waiting} waiting before it, "
+            f"{len(load.elapsed)} decoding, {self._throughput.rate:.3g} images/s), longer than its time "
+            f"limit of {limit:g} s",
+            self._throughput.retry_after(load, limit),
+            wait,
+        )
 
     def _withdraw(self, request: Request) -> None:
         """A cancelled request leaves the queue now (one in a lane is freed by the decode thread)."""
@@ -246,23 +430,26 @@ class Engine:
                 return  # already in a lane, or gone
         request.fail(Cancelled(f"request {request.id} was cancelled before it started"))
 
-    def generate(self, prompts: Iterable[str], *, seed: int = 0, **options: Any) -> list[EngineResult]:
-        """Every prompt through the engine (prompt `i` with seed `seed + i`), waiting for all; the results
-        in prompt order. `options` as `submit`."""
-        requests = [self.submit(prompt, seed=seed + i, **options) for i, prompt in enumerate(prompts)]
-        return [request.result() for request in requests]
-
     # -- the decode thread ------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             with torch.no_grad():  # as `pipe(...)`: state made here is updated in place from any thread
-                while self._round():
-                    pass
-        except BaseException as error:  # a bug or misuse: fail every request rather than hang them
+                while True:
+                    try:
+                        if not self._round():
+                            break
+                    except Exception as error:  # outside any one group's work: a bug; the engine goes on
+                        self._recover(error)
+        except BaseException as error:  # KeyboardInterrupt and the like: the thread stops, and says so
             self._error = error
             raise
         finally:
-            self._fail_everything(self._error)
+            reason = (
+                Cancelled("the engine stopped")
+                if self._error is None
+                else EngineStopped(f"the engine's decode thread stopped ({self._error!r})")
+            )
+            self._fail_all(reason)
 
     def _round(self) -> bool:
         """Admit what fits, step every group with a busy lane once, hand out finished images. False when
@@ -272,48 +459,81 @@ class Engine:
                 self._lock.wait()
             if self._closing:
                 return False
-            admissions, static = self._plan()
-        now = time.monotonic()
-        if static:
-            self._run_static(static)
-        for group, _, request in admissions:  # a new adaptive group measures its costs before any lane starts
-            if group.key.sampler == ADAPTIVE and group.key not in self._costs:
-                self._costs[group.key] = self._measure_costs(group, request)
+            plan = self._plan()
+            self._taken = [*plan.static, *(r for requests in plan.opening.values() for r in requests)]
+        started, self._measuring, finished = self.clock(), 0.0, 0
+        if plan.static:
+            finished += self._run_static(plan.static)
+        admissions = list(plan.admissions)
+        for key, requests in plan.opening.items():
+            admissions += self._open(key, requests)
+        with self._lock:
+            self._taken = []
         for group, lane, request in admissions:
-            prefix = self.pipe.encode_prompts([request.prompt], None, group.key.grid, group.guided)
-            group.admit(lane, request, prefix, now)
+            if self._groups.get(group.key) is group:  # not dropped after an error meanwhile
+                self._contained(group, self._admit, group, lane, request)
         for group in list(self._groups.values()):
             if group.busy:
-                self._step(group)
+                finished += self._contained(group, self._step, group) or 0
+        self._throughput.record_round(self.clock() - started - self._measuring, finished)
         return True
 
-    def _plan(self) -> tuple[list[tuple[LaneGroup, int, Request]], list[Request]]:
-        """Under the lock: which queued requests start now (and in which lane), or the requests of a
-        non-continuous sampler to run as one call. Cancelled or expired requests leave the queue."""
-        now = self.clock()
-        admissions: list[tuple[LaneGroup, int, Request]] = []
+    def _plan(self) -> _Plan:
+        """Under the lock: which queued requests start now (and where), or the requests of a non-continuous
+        sampler to run as one call. Cancelled or expired requests leave the queue. The queue is replaced only
+        at the end, so a failure half-way loses no request."""
+        now, plan = self.clock(), _Plan()
         waiting: collections.deque[Request] = collections.deque()
-        static: list[Request] = []
-        while self._queue:
-            request = self._queue.popleft()
+        for request in list(self._queue):
             if request.cancelled or request.expired(now):
-                request.fail(Cancelled(f"request {request.id} was cancelled before it started"))
-                continue
-            if not self._shares_lanes(request):
-                if not static or static[0].group == request.group and len(static) < self.lanes:
+                self._stop(
+                    request, "cancelled" if request.cancelled else "past its time limit", started=False
+                )
+            elif not self._shares_lanes(request):
+                static, most = plan.static, self._call_images()
+                if not static or static[0].group == request.group and len(static) < most:
                     static.append(request)
                 else:
                     waiting.append(request)
-                continue
-            group = self._group_for(request.group, request.sampler)
-            lane = None if group is None else group.free_lane()
-            if lane is None:
+            elif not self._place(request, plan):
                 waiting.append(request)
-                continue
-            group.requests[lane] = request  # reserved now, started outside the lock
-            admissions.append((group, lane, request))
         self._queue = waiting
-        return admissions, static
+        return plan
+
+    def _place(self, request: Request, plan: _Plan) -> bool:
+        """Under the lock: a lane for `request` in its group (reserved now), or a place in a group that opens
+        this round; False when neither has room."""
+        key = request.group
+        group = self._groups.get(key)
+        if group is not None:
+            lane = group.free_lane()
+            if lane is None:
+                return False
+            group.requests[lane] = request  # reserved now, started outside the lock
+            plan.admissions.append((group, lane, request))
+            return True
+        opening = plan.opening.get(key)
+        if opening is not None:
+            if len(opening) >= self.lanes:
+                return False
+            opening.append(request)
+            return True
+        if len(self._groups) + len(plan.opening) >= self.max_groups and not self._drop_idle_group():
+            return False
+        plan.opening[key] = [request]
+        return True
+
+    def _drop_idle_group(self) -> bool:
+        """Make room for a new group by dropping one whose lanes are all free; False when none is."""
+        idle = next((key for key, group in self._groups.items() if not group.busy), None)
+        if idle is None:
+            return False
+        del self._groups[idle]
+        return True
+
+    def _call_images(self) -> int:
+        """Images one `pipe(...)` call of the engine's may decode: `lanes`, within the pipeline's limits."""
+        return min(self.lanes, self.pipe.limits.max_images_per_call)
 
     def _shares_lanes(self, request: Request) -> bool:
         """Whether `request` decodes in a lane: its sampler starts images among others (or it runs in adaptive
@@ -321,46 +541,73 @@ class Engine:
         one_grid = self.pipe.preview_grid(request.group.grid) is None
         return one_grid and (request.sampler.continuous or request.group.sampler == ADAPTIVE)
 
-    def _group_for(self, key: GroupKey, sampler: Sampler) -> LaneGroup | None:
-        """The group of `key`, made when fewer than `max_groups` exist (an empty one is dropped for it)."""
-        group = self._groups.get(key)
-        if group is not None:
-            return group
-        if len(self._groups) >= self.max_groups:
-            empty = next((k for k, g in self._groups.items() if not g.busy), None)
-            if empty is None:
-                return None
-            del self._groups[empty]
-        decoder = sampler_registry.get(ADAPTIVE_SPEC) if key.sampler == ADAPTIVE else sampler
-        group = LaneGroup(self.pipe, key, decoder, self.lanes, self.prompt_tokens, compile=self.compile)
+    def _open(self, key: GroupKey, requests: list[Request]) -> list[tuple[LaneGroup, int, Request]]:
+        """A new group for `requests` (its lanes reserved for them); if making it fails (out of memory, say),
+        they fail and the engine goes on."""
+        try:
+            group = self._make_group(key, requests[0])
+        except Exception as error:
+            self._fail(
+                requests, error, f"its group ({key.sampler}, {key.grid[0]}x{key.grid[1]}) could not be made"
+            )
+            return []
+        for lane, request in enumerate(requests):
+            group.requests[lane] = request
         self._groups[key] = group
+        return [(group, lane, request) for lane, request in enumerate(requests)]
+
+    def _make_group(self, key: GroupKey, request: Request) -> LaneGroup:
+        group = LaneGroup(
+            self.pipe, key, request.sampler, self.lanes, self.prompt_tokens, compile=self.compile
+        )
+        if key.sampler == ADAPTIVE and key not in self._costs:  # before any lane starts
+            started = self.clock()
+            self._costs[key] = self._measure_costs(group, request)
+            self._measuring += self.clock() - started
         return group
 
     def _measure_costs(self, group: LaneGroup, request: Request) -> CostModel:
         """The adaptive mode's cost model for `group` (no lane started yet): its step times, and what each
         window commits per forward pass over `CALIBRATION_IMAGES` whole images of `request`'s prompt."""
         key = group.key
-        images = min(self.lanes, CALIBRATION_IMAGES)
-
-        def codes_per_pass(window: int) -> float:
-            out = self.pipe(
-                [request.prompt] * images,
-                sampler=f"mc-sjd:window={window}",
-                seed=0,
-                height=request.size[0],
-                width=request.size[1],
-                guidance_scale=key.guidance_scale,
-                temperature=key.temperature,
-                top_k=key.top_k,
-                top_p=key.top_p,
-                output_type="latent",
-            )
-            return sum(stats.tokens for stats in out.stats) / sum(stats.forward_passes for stats in out.stats)
-
         windows = [window for window in WINDOWS if window <= group.stepper.reach]
-        return CostModel.measure(group.step, buckets(self.lanes), windows, codes_per_pass)
+        runs = window_runs(
+            self.pipe,
+            [request.prompt] * min(self._call_images(), CALIBRATION_IMAGES),
+            [window for window in windows if window > 1],
+            height=request.size[0],
+            width=request.size[1],
+            guidance_scale=key.guidance_scale,
+            temperature=key.temperature,
+            top_k=key.top_k,
+            top_p=key.top_p,
+        )
+        return CostModel.measure(group.step, buckets(self.lanes), windows, lambda w: runs[w].codes_per_pass)
 
-    def _step(self, group: LaneGroup) -> None:
+    def _contained(self, group: LaneGroup, work: Callable[..., Any], *args: Any) -> Any:
+        """`work(*args)` on `group`; if it raises, the group's requests fail and the group is dropped."""
+        try:
+            return work(*args)
+        except Exception as error:
+            if self._groups.get(group.key) is group:
+                del self._groups[group.key]
+            held = [request for request in group.requests if request is not None]
+            group.requests = [None] * group.lanes
+            self.stats.group_failures += 1
+            self._fail(
+                held,
+                error,
+                f"its group ({group.key.sampler}, {group.key.grid[0]}x{group.key.grid[1]}) failed",
+            )
+            return None
+
+    def _admit(self, group: LaneGroup, lane: int, request: Request) -> None:
+        prefix = self.pipe.encode_prompts([request.prompt], None, group.key.grid, group.guided)
+        group.admit(lane, request, prefix, time.monotonic())
+        request.started = self.clock()
+
+    def _step(self, group: LaneGroup) -> int:
+        """One step of `group`; the images it finished."""
         busy = group.busy
         size = group.bucket()
         cost = self._costs.get(group.key)
@@ -372,11 +619,12 @@ class Engine:
         self.stats.busy_lane_steps += len(busy)
         if window is not None:
             self.stats.windows[window] += 1
-        self._finish(group, status)
+        return self._finish(group, status)
 
-    def _finish(self, group: LaneGroup, status) -> None:
-        """Hand out finished images, stream codes to watchers, free lanes of cancelled or late requests."""
-        now, deadline_now = time.monotonic(), self.clock()
+    def _finish(self, group: LaneGroup, status: LaneStatus) -> int:
+        """Hand out finished images, stream codes to watchers, free lanes of cancelled or late requests; the
+        images finished."""
+        now, deadline_now, finished = time.monotonic(), self.clock(), 0
         for lane in group.busy:
             request = group.requests[lane]
             if status.done[lane]:
@@ -384,64 +632,144 @@ class Engine:
                 stats.seconds = now - group.started[lane]
                 stats.extra["batch_size"] = 1
                 group.release(lane)
-                self.stats.images += 1
-                request.finish(EngineResult(codes, stats, group.started[lane] - request.submitted))
+                self._deliver(request, codes, stats, group.started[lane] - request.submitted)
+                finished += 1
             elif request.cancelled or request.expired(deadline_now):
                 group.release(lane)
-                why = "cancelled" if request.cancelled else "past its time limit"
-                request.fail(Cancelled(f"request {request.id} was {why}"))
-            elif request.on_step is not None:
-                request.on_step(group.codes(lane))
+                self._stop(request, "cancelled" if request.cancelled else "past its time limit")
+            elif not self._watch(request, group.codes(lane)):
+                group.release(lane)
+        return finished
 
-    def _run_static(self, requests: list[Request]) -> None:
+    def _watch(self, request: Request, codes: torch.Tensor) -> bool:
+        """Hand `codes` to the request's `on_step`; False if it raised (the request then fails with its
+        error, and nothing else does)."""
+        if request.on_step is None or request.future.done():
+            return True
+        try:
+            request.on_step(codes)
+        except Exception as error:
+            self.stats.failed += 1
+            request.fail(error)
+            return False
+        return True
+
+    def _deliver(self, request: Request, codes: torch.Tensor, stats: Any, queued: float) -> None:
+        render = (
+            None if request.call.output_type == "latent" else functools.partial(_render, self.pipe, request)
+        )
+        self.stats.images += 1
+        if request.started is not None:
+            self._throughput.record_image(self.clock() - request.started)
+        request.finish(EngineResult(codes, stats, queued, render))
+
+    def _stop(self, request: Request, why: str, started: bool = True) -> None:
+        if why != "cancelled":
+            self.stats.expired += 1
+        before = "" if started else " before it started"
+        request.fail(Cancelled(f"request {request.id} was {why}{before}"))
+
+    def _run_static(self, requests: list[Request]) -> int:
         """Requests of a sampler that cannot share lanes, as one `pipe(...)` call: their codes stream to their
-        watchers after every step, and the call stops once every one of them is cancelled or late."""
-        key, started = requests[0].group, time.monotonic()
+        watchers after every step, and the call stops once every one of them is done, cancelled or late. A
+        failing call fails them (and nothing else); the images finished."""
+        key, started, clock_started = requests[0].group, time.monotonic(), self.clock()
 
         def on_step(pipe, step, forward_passes, tensors):
             if tensors["codes"].shape[1:] == key.grid:  # watchers see the target grid, not a preview
                 for request, codes in zip(requests, tensors["codes"], strict=True):
-                    if request.on_step is not None:
-                        request.on_step(codes)
+                    self._watch(request, codes)
             now = self.clock()
-            if all(request.cancelled or request.expired(now) for request in requests):
+            if all(
+                request.future.done() or request.cancelled or request.expired(now) for request in requests
+            ):
                 pipe._interrupt = True
             return tensors
 
         watched = any(r.on_step is not None or r.deadline is not None for r in requests)
-        out = self.pipe(
-            [request.prompt for request in requests],
-            sampler=requests[0].sampler,
-            generator=[torch.Generator().set_state(request.generator_state) for request in requests],
-            height=requests[0].size[0],
-            width=requests[0].size[1],
-            guidance_scale=key.guidance_scale,
-            temperature=key.temperature,
-            top_k=key.top_k,
-            top_p=key.top_p,
-            output_type="latent",
-            callback_on_step_end=on_step if watched else None,
-        )
-        now = self.clock()
+        try:
+            out = self.pipe(
+                [request.prompt for request in requests],
+                sampler=requests[0].sampler,
+                generator=[torch.Generator().set_state(request.generator_state) for request in requests],
+                height=requests[0].size[0],
+                width=requests[0].size[1],
+                guidance_scale=key.guidance_scale,
+                temperature=key.temperature,
+                top_k=key.top_k,
+                top_p=key.top_p,
+                output_type="latent",
+                callback_on_step_end=on_step if watched else None,
+            )
+        except Exception as error:
+            self._fail(requests, error, "its call failed")
+            return 0
+        now, finished = self.clock(), 0
         for request, codes, stats in zip(requests, out.codes, out.stats, strict=True):
+            if request.future.done():
+                continue
             if request.cancelled or request.expired(now):
-                why = "cancelled" if request.cancelled else "past its time limit"
-                request.fail(Cancelled(f"request {request.id} was {why}"))
+                self._stop(request, "cancelled" if request.cancelled else "past its time limit")
                 continue
             stats.sampler = key.sampler
-            self.stats.images += 1
-            request.finish(EngineResult(codes.cpu(), stats, started - request.submitted))
+            request.started = clock_started
+            self._deliver(request, codes.cpu(), stats, started - request.submitted)
+            finished += 1
+        return finished
 
-    def _fail_everything(self, error: BaseException | None) -> None:
-        reason = (
-            Cancelled("the engine stopped") if error is None else RuntimeError(f"the engine failed: {error}")
+    def _fail(self, requests: Iterable[Request], error: BaseException, where: str) -> None:
+        """Fail `requests` with `DecodeFailed` (from `error`), and log the error once for the operator."""
+        requests = [request for request in requests if not request.future.done()]
+        logger.error(
+            "%d request(s) failed: %s (%s: %s)",
+            len(requests),
+            where,
+            type(error).__name__,
+            error,
+            exc_info=error,
         )
+        failure = DecodeFailed(f"decoding failed: {where} ({type(error).__name__}: {error})")
+        failure.__cause__ = error
+        self.stats.failed += len(requests)
+        for request in requests:
+            request.fail(failure)
+
+    def _recover(self, error: Exception) -> None:
+        """A round failed outside any group's work: every request waiting or in flight fails, the groups are
+        dropped (their state may be half-updated), and the engine goes on with new requests."""
         with self._lock:
-            queued, self._queue = list(self._queue), collections.deque()
-        for request in queued:
+            held = self._held()
+            self._queue, self._taken = collections.deque(), []
+        self._groups.clear()
+        self._fail(held, error, "the engine's round failed")
+
+    def _fail_all(self, reason: BaseException) -> None:
+        """The decode thread is ending: every request the engine holds fails with `reason`."""
+        with self._lock:
+            held = self._held()
+            self._queue, self._taken = collections.deque(), []
+        self._groups.clear()
+        for request in held:
             request.fail(reason)
-        for group in self._groups.values():
-            for lane in group.busy:
-                request = group.release(lane)
-                if request is not None:
-                    request.fail(reason)
+
+    def _held(self) -> list[Request]:
+        """Under the lock: every request the engine holds (waiting, taken by the round, in a lane)."""
+        in_lanes = [r for group in self._groups.values() for r in group.requests if r is not None]
+        return [*self._queue, *self._taken, *in_lanes]
+
+
+def _time_limit(value: Any) -> float | None:
+    """A time limit in seconds (> 0), or None for none; ValueError naming the bad value otherwise."""
+    if value is None:
+        return None
+    return checks.number(
+        "time_limit", value, 0.0, exclusive_minimum=True, note="seconds, or None for no limit"
+    )
+
+
+def _render(pipe: BaseARPipeline, request: Request, codes: torch.Tensor) -> Any:
+    """The request's image from its codes `[H, W]`, as `pipe(...)` renders it (GLM-Image: its diffusion
+    stage)."""
+    call: CheckedInputs = request.call
+    with torch.no_grad():
+        return pipe.render(codes[None].to(pipe._execution_device), call, [request.prompt])[0]

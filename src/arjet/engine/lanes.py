@@ -15,11 +15,48 @@ from dataclasses import dataclass
 
 import torch
 
+from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, LogitsPolicy, Sampler, Stepper
 from ..samplers.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from ..session import DecodingSession, Prefix
 from .requests import GroupKey, Request
+
+MAX_LANES = 1024  # images one group decodes at once (each lane is a row of a static cache, and a view)
+
+
+def kv_bytes_per_slot(pipe: BaseARPipeline) -> int | None:
+    """Bytes one cached position of one row takes in the AR model's KV cache (keys and values of every
+    layer), from the model's config; None where the config does not say."""
+    config = pipe.components[pipe.ar_component].config
+    config = getattr(config, "text_config", None) or config
+    layers, heads, hidden = (
+        getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
+    )
+    if not (layers and heads and hidden):
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return 2 * layers * kv_heads * head_dim * pipe.dtype.itemsize
+
+
+def check_lane_memory(pipe: BaseARPipeline, lanes: int, groups: int, prompt_tokens: int) -> None:
+    """Refuse, before anything is allocated, `groups` groups of `lanes` lanes whose KV caches for the
+    model's default image (with CFG rows where the model guides by default) would not fit in the memory free
+    on the pipeline's device. An estimate of the caches alone: activations come on top."""
+    per_slot, free = kv_bytes_per_slot(pipe), available_bytes(pipe._execution_device)
+    if per_slot is None or free is None:
+        return
+    height, width = pipe.default_size()
+    body = pipe.image_layout(pipe.grid_for(height, width)).body_length
+    rows = 2 if pipe.checkpoint_guidance_scale() != 1 else 1
+    needed = groups * lanes * rows * (prompt_tokens + body + 1) * per_slot
+    if needed > free:
+        raise ValueError(
+            f"lanes={lanes} in up to {groups} group(s) with prompt_tokens={prompt_tokens} need about "
+            f"{needed / 1e9:.3g} GB of KV cache for the model's default {height}x{width} image, more than "
+            f"the {free / 1e9:.3g} GB free on {pipe._execution_device}; use fewer lanes, groups or prompt tokens"
+        )
 
 
 def buckets(lanes: int) -> list[int]:

@@ -8,29 +8,53 @@ engine runs each group in lanes of its own (see `arjet.engine.engine`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import DecodeStats, Sampler
 
-ADAPTIVE = "adaptive"  # the engine's own mode: MC-SJD whose window it chooses every step from the load
-
 _ids = itertools.count(1)
 
 
 class QueueFull(Exception):
-    """The engine's queue holds `max_queue` requests already; try again later."""
+    """The engine cannot take the request now (`max_queue` requests wait already); try again in
+    `retry_after` seconds (the engine's estimate; None before it has one)."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Overloaded(QueueFull):
+    """The request would wait longer than its time limit: `expected_wait` seconds (the images ahead of it
+    over the engine's measured throughput, plus its own decode). Refused at once rather than left to time
+    out in the queue; `retry_after`: when enough of the queue ahead should have cleared."""
+
+    def __init__(self, message: str, retry_after: float, expected_wait: float):
+        super().__init__(message, retry_after)
+        self.expected_wait = expected_wait
 
 
 class Cancelled(Exception):
     """The request was cancelled (its client left, or it ran past its time limit)."""
+
+
+class EngineStopped(RuntimeError):
+    """The engine takes no more work: it was closed, or its decode thread stopped after an error."""
+
+
+class DecodeFailed(RuntimeError):
+    """The request's decode failed (its group's step raised: out of memory, say); the group is dropped and
+    the engine goes on serving the other requests."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +72,18 @@ class GroupKey:
 @dataclass
 class EngineResult:
     """One request's image codes `[H, W]` and what they cost: `stats` as `pipe(...)` reports them (forward
-    passes of this image, seconds from its start to its end), `queued` seconds spent waiting for a lane."""
+    passes of this image, seconds from its start to its end), `queued` seconds spent waiting for a lane.
+    `image`: the image in the request's `output_type`, as `pipe(...).images[0]` (the codes for "latent"),
+    rendered on first use in the thread that reads it, never on the engine's decode thread."""
 
     codes: torch.Tensor
     stats: DecodeStats
     queued: float
+    render: Callable[[torch.Tensor], Any] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def image(self) -> Any:
+        return self.codes if self.render is None else self.render(self.codes)
 
 
 @dataclass
@@ -67,7 +98,8 @@ class Request:
     size: tuple[int | None, int | None] = (None, None)  # (height, width) in pixels as given (None: default)
     generator_state: torch.Tensor | None = None  # its generator before the key was drawn
     on_step: Callable[[torch.Tensor], None] | None = None  # gets the codes `[H, W]` after each step
-    deadline: float | None = None  # time.monotonic() after which the request is cancelled
+    deadline: float | None = None  # the engine's clock after which the request is cancelled
+    started: float | None = None  # the engine's clock when its decode started
     withdraw: Callable[[Request], None] | None = None  # takes a cancelled request out of its queue at once
     id: int = field(default_factory=lambda: next(_ids))
     submitted: float = field(default_factory=time.monotonic)

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import checks
+from ..machine import check_fits_in_memory
 from ..weights import load_tensors
 
 DOMAIN_CLIP_VARIABLE = "ARJET_DOMAIN_CLIP"
@@ -54,36 +56,54 @@ class ClipSource:
     path: Path
     name: str = ""
 
+    @property
+    def model_name(self) -> str:
+        """What open_clip builds it from: a folder as `local-dir:<folder>`, else the architecture's name."""
+        return f"local-dir:{self.path}" if self.kind == "folder" else self.name
+
     def check(self) -> None:
-        """Raise FileNotFoundError naming what to put where, without loading anything."""
+        """Raise FileNotFoundError naming what to put where, or ValueError for a file that cannot be read or a
+        model too large for this machine's memory (built on the meta device first), before any weight is
+        read."""
         if self.kind == "folder":
-            missing = [f for f in (CONFIG_FILE, WEIGHTS_FILE) if not (self.path / f).is_file()]
-            if missing:
-                raise FileNotFoundError(
-                    f"CLIP folder {self.path} lacks {' and '.join(missing)}: a CLIP folder holds {CONFIG_FILE} "
-                    f"({{'model_cfg': ..., 'preprocess_cfg': ...}}) and {WEIGHTS_FILE} (see "
-                    f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
-                    f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
-                )
-            config = _folder_config(self.path)
-            _refuse_hub_parts(config, f"the CLIP folder {self.path}")
-            if config.get("text_cfg", {}).get("hf_tokenizer_name") is not None and not any(
-                (self.path / name).is_file() for name in TOKENIZER_FILES
-            ):
-                raise FileNotFoundError(
-                    f"CLIP folder {self.path} names a Hugging Face tokenizer but holds no tokenizer files "
-                    f"({', '.join(TOKENIZER_FILES)}); save the tokenizer into the folder (arjet never downloads)"
-                )
-            _check_safetensors(self.path / WEIGHTS_FILE)
+            self._check_folder()
         else:
-            if not self.path.is_file():
-                raise FileNotFoundError(
-                    f"open_clip weights file {self.path} for {self.name!r} not found: put the checkpoint of "
-                    f"{self.name} there (arjet never downloads) or pass another path in "
-                    "open_clip:<model name>:<weights file>"
-                )
-            _check_open_clip_name(self.name)
+            self._check_architecture()
+        check_fits_in_memory(f"the CLIP {self.model_name}", lambda: _build(self.model_name, "meta"))
+        if self.kind == "open_clip":  # read as tensors only: a pickle of other objects is refused, never run
             load_tensors(self.path, "open_clip weights", OPEN_CLIP_PROVIDE)
+
+    def _check_folder(self) -> None:
+        missing = [f for f in (CONFIG_FILE, WEIGHTS_FILE) if not (self.path / f).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"CLIP folder {self.path} lacks {' and '.join(missing)}: a CLIP folder holds {CONFIG_FILE} "
+                f"({{'model_cfg': ..., 'preprocess_cfg': ...}}) and {WEIGHTS_FILE} (see "
+                f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
+                f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
+            )
+        config = _folder_config(self.path)
+        _refuse_hub_parts(config, f"the CLIP folder {self.path}")
+        text = config.get("text_cfg")
+        if (
+            isinstance(text, dict)
+            and text.get("hf_tokenizer_name") is not None
+            and not any((self.path / name).is_file() for name in TOKENIZER_FILES)
+        ):
+            raise FileNotFoundError(
+                f"CLIP folder {self.path} names a Hugging Face tokenizer but holds no tokenizer files "
+                f"({', '.join(TOKENIZER_FILES)}); save the tokenizer into the folder (arjet never downloads)"
+            )
+        _check_safetensors(self.path / WEIGHTS_FILE)
+
+    def _check_architecture(self) -> None:
+        if not self.path.is_file():
+            raise FileNotFoundError(
+                f"open_clip weights file {self.path} for {self.name!r} not found: put the checkpoint of "
+                f"{self.name} there (arjet never downloads) or pass another path in "
+                "open_clip:<model name>:<weights file>"
+            )
+        _check_open_clip_name(self.name)
 
     @property
     def key(self) -> str:
@@ -174,16 +194,23 @@ def _load(source: ClipSource) -> OpenCLIP:
     """The model built from its config without weights, then given the checked weights file's tensors."""
     import open_clip
 
-    name = f"local-dir:{source.path}" if source.kind == "folder" else source.name
+    name = source.model_name
     weights = source.path / WEIGHTS_FILE if source.kind == "folder" else source.path
-    with _without_random_init_note():
-        model = open_clip.create_model(name, load_weights=False, pretrained_text=False)
+    model = _build(name)
     try:
         open_clip.load_checkpoint(model, str(weights), weights_only=True)
     except Exception as error:  # pickle refusals, malformed files, tensors that do not fit the architecture
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"cannot load {weights} into {name} ({reason}); {OPEN_CLIP_PROVIDE}") from None
     return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
+
+
+def _build(name: str, device: str = "cpu") -> torch.nn.Module:
+    """The open_clip model `name` without weights, on `device` (`"meta"`: sizes only)."""
+    import open_clip
+
+    with _without_random_init_note():
+        return open_clip.create_model(name, load_weights=False, pretrained_text=False, device=device)
 
 
 @contextlib.contextmanager
@@ -203,14 +230,14 @@ def _without_random_init_note() -> Iterator[None]:
 
 
 def _folder_config(folder: Path) -> dict[str, Any]:
+    path = folder / CONFIG_FILE
     try:
-        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["model_cfg"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(
-            f"{folder / CONFIG_FILE} is not an open_clip config with a model_cfg ({error})"
-        ) from None
+        stored = checks.read_json(path)
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read ({error.strerror or error})") from None
+    config = stored.get("model_cfg") if isinstance(stored, dict) else None
     if not isinstance(config, dict):
-        raise ValueError(f"{folder / CONFIG_FILE}: model_cfg must be an object")
+        raise ValueError(f"{path} is not an open_clip config with a model_cfg object")
     return config
 
 

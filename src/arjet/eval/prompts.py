@@ -10,7 +10,6 @@ Files: `.txt` (one prompt per line), `.tsv` / `.csv` (a `Prompt` / `prompt` / `c
 from __future__ import annotations
 
 import csv
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -166,12 +165,7 @@ def _text_lines(path: Path) -> list[str]:
 
 
 def _json_prompt(line: str, path: Path, number: int) -> str:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"{path} line {number}: not a JSON object ({error.msg} at column {error.colno})"
-        ) from None
+    record = checks.json_value(line, f"{path} line {number}")
     if not isinstance(record, dict):
         raise ValueError(f"{path} line {number}: not a JSON object, got {line.strip()[:80]}")
     return _field(record, path, number)

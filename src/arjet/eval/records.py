@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from .atomic import write_text
 
 RECORDS_DIR = "records"
@@ -98,14 +99,13 @@ def _log_lines(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     a line cut short by a kill, is left out (`RecordLog` cuts it off before appending)."""
     lines = path.read_bytes().split(b"\n")[:-1]
     for number, line in enumerate(lines, 1):
+        where = f"{path}, line {number}"
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            record = None
+            record = checks.json_value(line, where)
+        except ValueError as error:
+            raise ValueError(f"{error}; remove the line, or pass a new --out") from None
         if not isinstance(record, dict):
-            raise ValueError(
-                f"{path}, line {number} is not a record (a JSON object); remove it, or pass a new --out"
-            )
+            raise ValueError(f"{where} is not a record (a JSON object); remove it, or pass a new --out")
         yield number, record
 
 

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 import PIL.Image
 
+from .images import REFERENCE_IMAGE_PIXELS, read_image
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
 
@@ -81,8 +83,7 @@ class FolderReference:
 
     def images(self, size: tuple[int, int]) -> Iterator[PIL.Image.Image]:
         for path in self.files():
-            with PIL.Image.open(path) as image:
-                yield fit(image, size)
+            yield fit(read_image(path, REFERENCE_IMAGE_PIXELS), size)
 
     def __len__(self) -> int:
         return len(self.files())

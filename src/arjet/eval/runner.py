@@ -40,7 +40,7 @@ from .. import samplers as sampler_registry
 from .atomic import remove_temporaries, save_image
 from .lock import run_folder_lock
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
-from .scoring import MetricOptions, score_run
+from .scoring import MetricOptions, check_images, score_run
 from .settings import EvalSettings, check_out_dir, write_config
 from .speed import speed_summaries
 
@@ -127,7 +127,9 @@ def run_eval(
     with run_folder_lock(out) if state.is_main_process else contextlib.nullcontext(out):
         resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
         own = record_check(settings, prompts, folders)  # a foreign record fails here, before the model loads
-        done = {record_key(r) for r in read_records(out, own)}  # read by all before any process writes one
+        recorded = read_records(out, own)  # read by all before any process writes one
+        check_images(out, recorded)  # and their images, by their headers
+        done = {record_key(r) for r in recorded}
         pipe = _load_pipeline(settings, device or state.device)
         check_calls(pipe, settings, prompts, instances, batch_size)
         wait_for_everyone(state)

@@ -6,6 +6,7 @@ process made which image, nor on how often the run was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ import torch
 
 from .clip import load_clip, parse_clip_spec
 from .features import check_feature_spec, load_feature_network
+from .images import MODEL_IMAGE_PIXELS, image_size, read_image
 from .metrics import clip_scores, frechet_distance, reference_statistics
 from .reference import ReferenceSource
 from .speed import speed_summaries
@@ -33,8 +35,10 @@ class MetricOptions:
     batch_size: int = 32
 
     def check(self) -> None:
+        """Raise (ValueError, FileNotFoundError) naming the spec at fault, before any image is generated."""
         if self.fid_features is not None:
-            check_feature_spec(self.fid_features)
+            with _about(f"FID features {self.fid_features!r}"):
+                check_feature_spec(self.fid_features)
             if self.reference is None:
                 raise FileNotFoundError(
                     "FID needs real reference images: pass --reference-dir DIR (a folder of real images for these "
@@ -42,7 +46,18 @@ class MetricOptions:
                 )
             self.reference.check()
         if self.clip_model is not None:
-            parse_clip_spec(self.clip_model).check()
+            with _about(f"CLIP {self.clip_model!r}"):
+                parse_clip_spec(self.clip_model).check()
+
+
+@contextlib.contextmanager
+def _about(what: str) -> Iterator[None]:
+    """An error of the block as one of the same kind that starts with `what` (which spec was at fault)."""
+    try:
+        yield
+    except (ValueError, OSError) as error:
+        kind = FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError
+        raise kind(f"{what}: {error}") from None
 
 
 @dataclass
@@ -66,17 +81,34 @@ class SamplerResult:
 
 
 def load_images(out: Path, records: Sequence[dict[str, Any]]) -> Iterator[PIL.Image.Image]:
-    """The images of `records`, opened one at a time (a run may hold more than fits in memory); an image
-    that is not a file inside the run folder `out` (through a link, say) is a ValueError naming it."""
-    root = out.resolve()
+    """The images of `records`, read one at a time (a run may hold more than fits in memory), each the size
+    of the first; ValueError naming an image that is not a file inside the run folder `out` (through a
+    link, say), that is no image, or whose header claims more than `MODEL_IMAGE_PIXELS` pixels (checked before
+    it is decoded)."""
+    size = None
     for record in records:
-        path = (out / record["image"]).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            raise ValueError(
-                f"image {record['image']!r} of a record is not a file inside the run folder {out}"
-            )
-        with PIL.Image.open(path) as image:
-            yield image.convert("RGB")
+        image = _run_image(read_image, out, record, size)
+        size = image.size
+        yield image
+
+
+def check_images(out: Path, records: Sequence[dict[str, Any]]) -> None:
+    """`load_images`' checks from each image's header alone (no pixel decoded): what a resumed run does
+    before any work, so an image swapped for another file fails the run before the model loads, not while
+    it is scored."""
+    size = None
+    for record in records:
+        size = _run_image(image_size, out, record, size)
+
+
+def _run_image(read, out: Path, record: dict[str, Any], size: tuple[int, int] | None):
+    path = (out / record["image"]).resolve()
+    if not path.is_relative_to(out.resolve()) or not path.is_file():
+        raise ValueError(f"image {record['image']!r} of a record is not a file inside the run folder {out}")
+    try:
+        return read(path, MODEL_IMAGE_PIXELS, size)
+    except ValueError as error:
+        raise ValueError(f"{error}; remove it with its record, or pass a new --out") from None
 
 
 def score_run(

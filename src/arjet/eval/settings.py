@@ -13,6 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from .atomic import write_text
 
 CONFIG_FILE = "config.json"
@@ -77,9 +78,9 @@ def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
             )
         return False
     try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        stored = None
+        stored = checks.read_json(path)
+    except ValueError as error:
+        raise ValueError(f"{error}: not an arjet run's settings; pass a new --out") from None
     if not isinstance(stored, dict):
         raise ValueError(f"{path} is not an arjet run's settings (not a JSON object); pass a new --out")
     wanted = json.loads(json.dumps(settings.to_dict()))  # tuples -> lists, as stored

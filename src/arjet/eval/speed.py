@@ -23,8 +23,8 @@ from .. import machine
 
 # a sampler's slowest call over its fastest, in time per forward, beyond which its seconds are noise
 SPREAD_LIMIT = 1.5
-# cores that other processes may keep busy beyond what is left for the run's threads before its seconds are
-# not trustworthy (a little noise of the system's own is always there)
+# a share of a core: what other processes may keep busy of the cores the run's threads use (a little noise
+# of the system's own is always there), and what the others must leave free besides those cores
 LOAD_SLACK = 0.25
 
 
@@ -137,13 +137,29 @@ def timing_warnings(records: Sequence[dict[str, Any]], environment: dict[str, An
                 f"{sampler}: a forward took from {min(per_forward):.3g} to {max(per_forward):.3g} ms between its "
                 f"calls ({max(per_forward) / min(per_forward):.1f}x apart), so its seconds are not trustworthy"
             )
+    busy = load_warning(environment)
+    return found + ([busy] if busy else [])
+
+
+def load_warning(environment: dict[str, Any]) -> str | None:
+    """A warning when other processes kept busy the cores a CPU run needed, from `environment`'s
+    `others_busy_cores` (measured during the run: `machine.others_busy`), `usable_cores` and `torch_threads`;
+    None on a GPU, when not measured, or when the others left the run's cores free.
+
+    The run needed its threads' cores and a little room besides (the interpreter, the system): other
+    processes busy on more than `cores - threads - LOAD_SLACK` cores took some of it. With two cores and
+    one thread, others busy on one core is enough: the scheduler keeps the run's thread on the other, so
+    their share never grows past the core left to them (a rule waiting for that missed a load average of
+    4.2), yet the run's other threads wait for a core and the two share caches and memory bandwidth."""
     busy, threads = environment.get("others_busy_cores"), environment.get("torch_threads")
     cores = environment.get("usable_cores")
-    measured = environment.get("device") == "cpu" and None not in (busy, threads, cores)
-    if measured and busy + threads > cores + LOAD_SLACK:
-        found.append(
-            f"other processes kept {busy:.1f} of the {cores} cores busy while this ran on {threads} "
-            "thread(s): the seconds and latency speedups measure the machine's load as much as the "
-            "samplers; rerun when the machine is quiet"
-        )
-    return found
+    on_cpu = str(environment.get("device", "")).partition(":")[0] == "cpu"
+    if not on_cpu or None in (busy, threads, cores):
+        return None
+    if busy <= LOAD_SLACK or busy + min(threads, cores) <= cores - LOAD_SLACK:
+        return None
+    return (
+        f"other processes kept {busy:.1f} of the {cores} cores busy while this ran on {threads} "
+        "thread(s): the seconds and latency speedups measure the machine's load as much as the "
+        "samplers; rerun when the machine is quiet"
+    )

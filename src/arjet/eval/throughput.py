@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from .. import checks
+from .. import checks, machine
 from ..engine import ADAPTIVE, Engine
 from ..reports.tables import markdown_table, number, ratio, significant
+from .speed import load_warning
 
 HEADER = (
     "sampler",
@@ -54,9 +55,14 @@ class ThroughputRow:
 class ThroughputResult:
     rows: list[ThroughputRow]
     environment: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # why the seconds may not be trustworthy
 
     def to_dict(self) -> dict[str, Any]:
-        return {"environment": self.environment, "rows": [asdict(row) for row in self.rows]}
+        return {
+            "environment": self.environment,
+            "rows": [asdict(row) for row in self.rows],
+            "warnings": self.warnings,
+        }
 
     def table(self) -> str:
         rows = [
@@ -96,6 +102,7 @@ def run_throughput(
         pipe.check_inputs(prompts[0], sampler="ar" if spec == ADAPTIVE else spec, **call_kwargs)
     pipe.set_progress_bar_config(disable=True)
     rows = []
+    load_reading, began = machine.cpu_seconds(), time.perf_counter()
     for concurrency in concurrencies:
         for spec in samplers:
             rows.append(_measure(pipe, spec, prompts, concurrency, seed, compile, call_kwargs))
@@ -110,10 +117,13 @@ def run_throughput(
     info = {
         "device": str(pipe._execution_device),
         "dtype": str(pipe.dtype),
-        "threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),
+        "usable_cores": machine.usable_cores(),
+        "others_busy_cores": machine.others_busy(load_reading, time.perf_counter() - began),
         "call": dict(call_kwargs),
     }
-    return ThroughputResult(rows, info)
+    busy = load_warning(info)
+    return ThroughputResult(rows, info, [busy] if busy else [])
 
 
 def _measure(pipe, spec, prompts, concurrency, seed, compile, call_kwargs) -> ThroughputRow:

@@ -9,7 +9,7 @@ from .base import BaseARPipeline
 from .emu3 import Emu3Pipeline
 from .glm_image import GlmImagePipeline
 from .janus import JanusPipeline
-from .loading import checkpoint_kind, resolve_checkpoint
+from .loading import HUB_OPTIONS, checkpoint_kind, resolve_checkpoint
 from .lumina_mgpt import LuminaMGPTPipeline
 
 PIPELINES: tuple[type[BaseARPipeline], ...] = (
@@ -46,8 +46,7 @@ class ARPipeline:
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any
     ) -> BaseARPipeline:
-        hub_keys = ("revision", "cache_dir", "local_files_only", "token")
         folder = resolve_checkpoint(
-            pretrained_model_name_or_path, **{k: kwargs.pop(k) for k in hub_keys if k in kwargs}
+            pretrained_model_name_or_path, **{k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
         )
         return cls.pipeline_class(folder).from_pretrained(str(folder), **kwargs)

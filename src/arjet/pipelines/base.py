@@ -8,6 +8,7 @@ are declared and checked in `inputs.py`, the per-step plumbing is `callbacks.py`
 
 from __future__ import annotations
 
+import inspect
 import time
 import typing
 from dataclasses import dataclass
@@ -31,9 +32,11 @@ from ..session.drafter import Drafter
 from ..session.noise import NoiseConditioning
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
+from .adaptive import ADAPTIVE, choose_window, is_adaptive, widest_spec
 from .components import load_component, quiet_loading, weight_classes
 from .decoding import decode_codes
 from .inputs import (
+    MAX_THREADS,
     OUTPUT_TYPES,
     CheckedInputs,
     GenerationInputs,
@@ -43,8 +46,12 @@ from .inputs import (
     prompt_list,
     text_tokens,
 )
-from .loading import checkpoint_kind, is_builtin, resolve_checkpoint, update_module_paths
+from .loading import HUB_OPTIONS, checkpoint_kind, is_builtin, resolve_checkpoint, update_module_paths
 from .prompts import warn_unknown_words
+from .threads import PROCESS_THREADS
+
+# what `from_pretrained` takes besides the hub's options and the pipeline's own components and settings
+LOADING_OPTIONS = ("dtype", "torch_dtype")
 
 # what a pipeline may offer a sampler beyond the session's contract (a sampler declares what it needs in
 # `requires`); each says what the capability is, for the message when a model lacks it
@@ -91,9 +98,23 @@ class BaseARPipeline(DiffusionPipeline):
     drafter: Drafter | None = None  # an optional component (EAGLE / LANTERN's drafter head)
     _interrupt: bool = False  # a step callback sets it to stop the decode
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
-    # what one call may ask for (see `arjet.limits`); set `pipe.limits = Limits(...)` to raise them
-    limits: Limits = DEFAULT_LIMITS
+    _adaptive_windows: dict | None = None  # sampler="adaptive": the window per call shape (`adaptive.py`)
+    _limits: Limits = DEFAULT_LIMITS  # `limits`, checked when set
     call_frames: ClassVar[int] = 0  # calls a family's own `__call__` adds before this one (for warnings)
+
+    @property
+    def limits(self) -> Limits:
+        """What one call may ask for (see `arjet.limits`); `pipe.limits = arjet.Limits(...)` changes them."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, value: Limits) -> None:
+        if not isinstance(value, Limits):
+            raise ValueError(
+                f"pipe.limits must be an arjet.Limits, got {value!r}; e.g. "
+                "pipe.limits = arjet.Limits(max_images_per_call=256), or arjet.Limits() for the defaults"
+            )
+        self._limits = value
 
     # -- loading ------------------------------------------------------------------------------------
     @classmethod
@@ -107,18 +128,21 @@ class BaseARPipeline(DiffusionPipeline):
 
         Every weight component (the model, a VQ, noise conditioning) must match its checkpoint: weights
         missing from the folder or not in the model are a ValueError naming the component and some keys.
-        `strict=False` loads what matches and leaves the rest at its random initialisation."""
+        `strict=False` loads what matches and leaves the rest at its random initialisation. Before anything
+        loads, the folder's files are checked by their headers (`checks.check_checkpoint_files`): a JSON file
+        malformed or nested too deep, a weights file cut short is a ValueError naming it."""
         checks.boolean("strict", strict)
         with quiet_loading():
             return cls._load(pretrained_model_name_or_path, strict, kwargs)
 
     @classmethod
     def _load(cls, pretrained_model_name_or_path: str, strict: bool, kwargs: dict[str, Any]):
-        hub_keys = ("revision", "cache_dir", "local_files_only", "token")
+        cls.check_loading_options(kwargs)
         folder = resolve_checkpoint(
-            pretrained_model_name_or_path, **{k: kwargs[k] for k in hub_keys if k in kwargs}
+            pretrained_model_name_or_path, **{k: kwargs[k] for k in HUB_OPTIONS if k in kwargs}
         )
-        kwargs = {k: v for k, v in kwargs.items() if k not in hub_keys}
+        kwargs = {k: v for k, v in kwargs.items() if k not in HUB_OPTIONS}
+        checks.check_checkpoint_files("the checkpoint", folder)  # headers only: a file cut short is named
         if is_builtin(folder) and kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
             kwargs["dtype"] = torch.float32  # shipped in bfloat16 to stay small; float32 is faster on CPU
         kind, name = checkpoint_kind(folder)
@@ -135,6 +159,21 @@ class BaseARPipeline(DiffusionPipeline):
                 f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
             )
         return cls(**cls.components_from_transformers(folder, strict=strict, **kwargs))
+
+    @classmethod
+    def check_loading_options(cls, options: dict[str, Any]) -> None:
+        """Refuse a keyword `from_pretrained` has no use for (diffusers' loader would ignore it silently),
+        naming it and what is taken: the dtype, the hub's options, and the pipeline's own components and
+        settings (`drafter=`, Lumina-mGPT's `resolution=`, ...)."""
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        settings = [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+        unknown = sorted(set(options) - {*LOADING_OPTIONS, *HUB_OPTIONS, *settings})
+        if unknown:
+            raise ValueError(
+                f"unexpected argument(s) {', '.join(f'{name}=' for name in unknown)} for loading a "
+                f"{cls.__name__}; it takes strict, {', '.join(LOADING_OPTIONS + HUB_OPTIONS)}, and its "
+                f"components and settings: {', '.join(settings)}"
+            )
 
     @classmethod
     def weight_components(cls, folder: Path, strict: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -269,6 +308,15 @@ class BaseARPipeline(DiffusionPipeline):
         is described in `arjet.pipelines.inputs.GenerationInputs`. Returns an `ARPipelineOutput` (or, with
         `return_dict=False`, the tuple `(images, codes, stats)`).
 
+        `output_type`, what `images` holds for `N` images of `h x w` pixels: "pil" (default) a list of `N` RGB
+        PIL images; "np" a float32 numpy array `[N, h, w, 3]` in [0, 1]; "pt" a float32 torch tensor
+        `[N, 3, h, w]` in [0, 1]; "latent" the codes `LongTensor [N, H, W]` (no pixel decoding; GLM-Image:
+        no diffusion stage). `codes` is always the code grid.
+
+        `threads`: torch's CPU threads for this call only (None: one per core other processes leave free, on
+        the CPU, unless `torch.set_num_threads` chose them; see `arjet.pipelines.threads`). The process's own
+        count is restored when the call ends. Codes can differ in floating-point rounding between counts.
+
         `compile`: how each fixed-shape decode step runs. False (default): eagerly. "cuda-graphs" (CUDA only):
         each step is captured once per attention span and replayed. "inductor": the decoder's layers run
         through `torch.compile` (slow the first time for each shape). "inductor-graphs" (CUDA only): both, the
@@ -283,12 +331,23 @@ class BaseARPipeline(DiffusionPipeline):
         model's KV cache and the sampler alone decides the next ones, so the callback returns `tensors`
         unchanged (or None), and a returned tensor that differs from the decoded state raises ValueError.
         """
-        # 1. check inputs: everything is validated before any encoding or model work
+        # 1. check inputs: everything is validated before any encoding or model work; `sampler="adaptive"`
+        # then takes the window its cost model finds fastest for this call (measured on the first such call)
         call = self.check_inputs(prompt, negative_prompt, **options)
+        if is_adaptive(call.sampler_label):
+            call = choose_window(self, call)
+
+        with PROCESS_THREADS.during_call(call.threads, self._execution_device):
+            return self._generate(call)
+
+    __call__.__signature__ = call_signature()  # help(pipe) lists every argument `GenerationInputs` declares
+
+    def _generate(self, call: CheckedInputs):
+        """Steps 2 to 5 of `__call__`, on the call's CPU threads."""
         batch, grid = call.batch_size, call.grid
 
         # 2. prompts -> prefix token ids ([cond; uncond] when guided)
-        warn_unknown_words(self.text_tokenizer, call.prompts, self.call_frames)
+        warn_unknown_words(self.text_tokenizer, call.prompts, self.call_frames + 1)
         guided = call.guidance_scale != 1
         prompts = [p for p in call.prompts for _ in range(call.num_images_per_prompt)]
         negatives = call.negative_prompts
@@ -318,8 +377,6 @@ class BaseARPipeline(DiffusionPipeline):
         return ARPipelineOutput(
             images=images, codes=codes, stats=decoded.stats, preview_codes=decoded.preview_codes
         )
-
-    __call__.__signature__ = call_signature()  # help(pipe) lists every argument `GenerationInputs` declares
 
     def compiled_decoder(self) -> CompiledDecoder:
         """The decoder stack under `torch.compile`, built once per pipeline (compiling is the slow part)."""
@@ -364,8 +421,9 @@ class BaseARPipeline(DiffusionPipeline):
                 f"limits.max_images_per_call={limits.max_images_per_call}; split the call, or raise the limit "
                 "with pipe.limits = arjet.Limits(max_images_per_call=...)"
             )
-        sampler = sampler_registry.get(inputs.sampler)
-        label = sampler_registry.label(inputs.sampler)
+        adaptive = is_adaptive(inputs.sampler)  # checked as its widest window; `__call__` chooses the window
+        sampler = sampler_registry.get(widest_spec(limits.max_window) if adaptive else inputs.sampler)
+        label = ADAPTIVE if adaptive else sampler_registry.label(inputs.sampler)
         sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
             self.checkpoint_guidance_scale() if inputs.guidance_scale is None else inputs.guidance_scale,
             inputs.temperature,
@@ -378,11 +436,13 @@ class BaseARPipeline(DiffusionPipeline):
                 "classifier-free guidance (the model defines no unconditional branch); pass guidance_scale=None "
                 f"or 1{self.guidance_hint}"
             )
-        grid = self.grid_for(*self.image_size(inputs.height, inputs.width, inputs.aspect_ratio))
+        size = self.image_size(inputs.height, inputs.width, inputs.aspect_ratio)
+        grid = self.grid_for(*size)
         sampler.check_grid(grid, limits.max_window, vocab_size=self.session_adapter().code_vocab_size)
         self.check_requirements(sampler, label)
         if inputs.output_type not in OUTPUT_TYPES:
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {inputs.output_type!r}")
+        threads = checks.optional_integer("threads", inputs.threads, 1, MAX_THREADS)
         checks.boolean("return_dict", inputs.return_dict)
         mode = compile_mode(inputs.compile, self._execution_device)
         callback = inputs.callback_on_step_end
@@ -409,6 +469,8 @@ class BaseARPipeline(DiffusionPipeline):
             callback=callback,
             tensor_inputs=tensor_inputs,
             compile=mode,
+            threads=threads,
+            size=size,
         )
 
     def image_size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:

@@ -9,7 +9,6 @@ caller passes `strict=False`.
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import re
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..machine import check_fits_in_memory
 from .loading import is_packaged
 
@@ -43,7 +43,8 @@ def load_component(
 
     Before any weight is read, the model the folder's config describes is built on the meta device and
     refused when it could not fit in memory; a weights file holding pickled objects other than tensors
-    (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder."""
+    (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder, and so are
+    weights that are not finite (`check_finite`), with `strict=False` too."""
     if not is_packaged(folder):  # the package's own models are known to be small
         check_fits_in_memory(
             f"the config of component {component!r} ({model_class.__name__}) in {folder}",
@@ -52,13 +53,32 @@ def load_component(
         )
     with _readable_weights(component, folder):
         if not strict:
-            return model_class.from_pretrained(folder, **kwargs)
-        with _quiet(REPORT_LOGGERS):
-            model, report = model_class.from_pretrained(
-                folder, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
-            )
-    check_load_report(component, model_class, folder, report, unread)
+            model = model_class.from_pretrained(folder, **kwargs)
+        else:
+            with _quiet(REPORT_LOGGERS):
+                model, report = model_class.from_pretrained(
+                    folder, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+                )
+    if strict:
+        check_load_report(component, model_class, folder, report, unread)
+    check_finite(component, model_class, folder, model)
     return model
+
+
+def check_finite(component: str, model_class: Any, folder: str | Path, model: Any) -> None:
+    """Refuse a model with a NaN or infinite weight (a corrupt or diverged checkpoint, which would decode
+    every code as 0), naming `component` and the first such tensor. One pass over the weights in place, a
+    reduction per tensor: far cheaper than reading them from disk was."""
+    import torch
+
+    for name, weight in model.named_parameters():
+        if weight.is_floating_point() and weight.device.type != "meta" and not torch.isfinite(weight).all():
+            bad = int((~torch.isfinite(weight)).sum())
+            raise ValueError(
+                f"the weights of component {component!r} ({model_class.__name__}) in {folder} are not finite: "
+                f"{name} holds {bad:,} NaN or infinite value(s) of {weight.numel():,}; the checkpoint is "
+                "corrupt or its training diverged. Load a checkpoint with finite weights"
+            )
 
 
 @contextmanager
@@ -96,8 +116,8 @@ def _load_dtype(folder: str | Path, dtype: Any) -> Any:
     if isinstance(dtype, torch.dtype):
         return dtype
     try:
-        saved = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        saved = checks.read_json(Path(folder) / "config.json")  # malformed: a ValueError naming it
+    except OSError:
         saved = None
     if isinstance(saved, dict):
         named = getattr(torch, str(saved.get("dtype") or saved.get("torch_dtype")), None)

@@ -31,16 +31,13 @@ EMU3_PROMPT_SUFFIX = " masterpiece, film grained, best quality."
 
 def size_from_aspect_ratio(aspect_ratio: str, image_area: int, downsample: int) -> tuple[int, int]:
     """(height, width) in pixels for `aspect_ratio` "W:H" at about `image_area` pixels, on the code grid."""
-    try:
-        if not isinstance(aspect_ratio, str):
-            raise ValueError
-        ratio_w, ratio_h = (int(part) for part in aspect_ratio.split(":"))
-        if ratio_w <= 0 or ratio_h <= 0:
-            raise ValueError
-    except ValueError:
+    parts = aspect_ratio.split(":") if isinstance(aspect_ratio, str) else []
+    numbers = [checks.integer_from_text(part) for part in parts]  # ASCII digits only, as every number
+    if len(numbers) != 2 or any(number is None or number <= 0 for number in numbers):
         raise ValueError(
-            f"aspect_ratio must look like '16:9' (two positive integers), got {aspect_ratio!r}"
-        ) from None
+            f"aspect_ratio must look like '16:9' (two positive integers in ASCII digits), got {aspect_ratio!r}"
+        )
+    ratio_w, ratio_h = numbers
     scale = (image_area / (ratio_w * ratio_h)) ** 0.5
     rows = max(1, round(ratio_h * scale / downsample))
     columns = max(1, round(ratio_w * scale / downsample))

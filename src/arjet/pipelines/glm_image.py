@@ -52,6 +52,10 @@ PREVIEW_SIDE = 16  # the processor's preview grid: about 16 x 16 codes (its `fac
 PROMPT_MARK = "\x00prompt\x00"  # where the prompt goes in the rendered chat template
 # what transformers' `generate` samples with where a generation config leaves a number unset
 GENERATE_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+# the diffusion stage's CFG extrapolates the DiT's velocity by this factor, and its latents grow with it:
+# 1e30 gives NaN latents (a black image), and in float16 the guided velocity overflows from about 1e5 on.
+# 1e4 is far past any useful scale (diffusers' pipelines use about 1.5 to 10) and finite in every dtype
+MAX_DIT_GUIDANCE_SCALE = 1e4
 DIT_OPTIONS = (
     inspect.Parameter(
         "num_inference_steps", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=int | None
@@ -179,7 +183,11 @@ class GlmImagePipeline(BaseARPipeline):
         steps = checks.integer("num_inference_steps", steps, 1, most)
         scale = self.config.dit_guidance_scale if dit_guidance_scale is None else dit_guidance_scale
         scale = checks.number(
-            "dit_guidance_scale", scale, 0.0, note="the diffusion stage's CFG; at most 1 disables it"
+            "dit_guidance_scale",
+            scale,
+            0.0,
+            MAX_DIT_GUIDANCE_SCALE,
+            note="the diffusion stage's CFG; at most 1 disables it, and far larger values overflow its latents",
         )
         call = super().check_inputs(prompt, negative_prompt, **options)
         call.stage_options = {"num_inference_steps": steps, "guidance_scale": scale}

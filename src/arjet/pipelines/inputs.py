@@ -20,7 +20,8 @@ import torch
 from .. import checks
 from ..samplers import LogitsPolicy, Sampler
 
-OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+OUTPUT_TYPES = ("pil", "np", "pt", "latent")  # `GenerationInputs` says what each returns
+MAX_THREADS = 1024  # a call's `threads=`, as the command line's --threads
 # diffusers' arguments that have no meaning for an AR pipeline, and what to use instead
 DIFFUSION_ONLY = {
     "num_inference_steps": "AR pipelines have no inference steps: an image takes one forward pass per code, "
@@ -44,11 +45,24 @@ class GenerationInputs:
     family's default (temperature 1, top-k the family's, no top-p; GLM-Image: its generation config's, as
     transformers' `generate` reads it). `num_images_per_prompt`: images per
     prompt. `seed=s` gives image `i` the generator `s + i` (or pass one seed or one `generator` per image);
-    an image then decodes the same whatever else shares its batch. `output_type`: "pil", "np", "pt" or
-    "latent" (the codes). `return_dict`: an `ARPipelineOutput`, else a tuple. `callback_on_step_end(pipe, step,
-    forward_passes, tensors)` runs after every sampler step with copies of the tensors named in
-    `callback_on_step_end_tensor_inputs` (default `["codes"]`). `compile`: how each fixed-shape decode step
-    runs: False (eagerly), "cuda-graphs", "inductor", "inductor-graphs" or True (see `BaseARPipeline.__call__`)."""
+    an image then decodes the same whatever else shares its batch. `return_dict`: an `ARPipelineOutput`, else
+    the tuple `(images, codes, stats)`. `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after
+    every sampler step with copies of the tensors named in `callback_on_step_end_tensor_inputs` (default
+    `["codes"]`). `compile`: how each fixed-shape decode step runs: False (eagerly), "cuda-graphs",
+    "inductor", "inductor-graphs" or True (see `BaseARPipeline.__call__`).
+
+    `output_type`, what `images` holds for `N` images of `h x w` pixels:
+
+    - `"pil"` (default): a list of `N` RGB `PIL.Image.Image`;
+    - `"np"`: a float32 `numpy.ndarray [N, h, w, 3]`, values in [0, 1];
+    - `"pt"`: a float32 `torch.Tensor [N, 3, h, w]` on the CPU, values in [0, 1];
+    - `"latent"`: the image codes themselves, `LongTensor [N, H, W]` (the code grid, as `codes`), with no
+      pixel decoding (and for GLM-Image no diffusion stage).
+
+    `threads`: torch's CPU threads during this call only (1 to 1024; the process's count is restored after).
+    None (default): on the CPU, one per core that other processes leave free, measured since the previous
+    call, and at most the process's own count; unchanged where the user set it with `torch.set_num_threads`
+    after importing arjet, or on a GPU (`arjet.pipelines.threads` has the rule)."""
 
     prompt: str | list[str]
     negative_prompt: str | list[str] | None = None
@@ -68,6 +82,7 @@ class GenerationInputs:
     callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None
     callback_on_step_end_tensor_inputs: list[str] | None = None
     compile: bool | str = False
+    threads: int | None = None
 
     @classmethod
     def from_call(cls, prompt: Any, negative_prompt: Any, options: dict[str, Any]) -> GenerationInputs:
@@ -118,6 +133,8 @@ class CheckedInputs:
     stage_options: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # a family's later stage's (a DiT's)
+    threads: int | None = None  # torch's CPU threads for the call; None: chosen by `arjet.pipelines.threads`
+    size: tuple[int, int] | None = None  # (height, width) in pixels, as asked for or defaulted
 
 
 def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:

@@ -4,7 +4,6 @@ checks `--model` and `--dtype` with these before torch is imported."""
 
 from __future__ import annotations
 
-import json
 import os
 from importlib import resources
 from pathlib import Path
@@ -13,8 +12,12 @@ from typing import Any
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError
 
+from .. import checks
+
 # the dtypes a pipeline loads in, by name (`torch_dtype` gives the torch object)
 DTYPES = ("float32", "bfloat16", "float16")
+# `from_pretrained`'s keywords for finding a checkpoint on the hub (passed to `resolve_checkpoint`)
+HUB_OPTIONS = ("revision", "cache_dir", "local_files_only", "token")
 
 # arjet modules that have moved since pipelines were first saved: a saved folder's model_index.json names the
 # module of each component (`["arjet.tokenizers.chameleon_vqgan", "ChameleonVQGAN"]`), so the old names are
@@ -89,23 +92,28 @@ def resolve_checkpoint(
         ) from error
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 def checkpoint_kind(folder: Path) -> tuple[str, str]:
     """('pipeline', class name) for a saved arjet pipeline, ('transformers', model_type) for a bare model."""
     index = folder / "model_index.json"
     if index.is_file():
-        return "pipeline", read_json(index).get("_class_name", "")
+        return "pipeline", _json_object(index).get("_class_name", "")
     config = folder / "config.json"
     if config.is_file():
-        return "transformers", read_json(config).get("model_type", "")
+        return "transformers", _json_object(config).get("model_type", "")
     raise FileNotFoundError(
         f"{folder} holds neither model_index.json (a saved arjet pipeline) nor config.json (a transformers "
         "checkpoint); point from_pretrained at the folder that contains one of them"
     )
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in the file `path` (`checks.read_json`); ValueError naming it for any other value."""
+    value = checks.read_json(path)
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{path} is not a JSON object; a checkpoint's {path.name} holds its settings by name"
+        )
+    return value
 
 
 def current_module(path: str) -> str:

@@ -12,7 +12,7 @@ from .decoding import Decode, Stepper
 from .random import sample
 
 
-@dataclass
+@dataclass(frozen=True)
 class AR(Sampler):
     name: ClassVar[str] = "ar"
     continuous: ClassVar[bool] = True

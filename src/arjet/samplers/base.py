@@ -5,10 +5,16 @@ capabilities it needs from a model (`requires`), the parts it is built from (`pa
 rule), a check of its sizes against the grid (`check_grid`) and `run(decode)`: decode every cell of every
 image of the session's grid, recording each commit in `decode.trace`. Every member has a default here, so
 code that uses a sampler reads them directly and never probes for them.
+
+The built-in samplers and rules are frozen dataclasses: an option is checked when the object is made and
+cannot change afterwards (`dataclasses.replace(sampler, window=32)` makes a new, checked one), so a decode
+never meets a value its checks did not see. `validate` runs those checks again; `arjet.samplers.get` calls
+it on every object it is given, for a sampler class of one's own that is not frozen.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
 from .options import check_options
@@ -18,8 +24,7 @@ if TYPE_CHECKING:
 
 
 class Part:
-    """A sampler or a rule a sampler is built from. Dataclass subclasses get their declared options checked
-    when they are made (a subclass with a `__post_init__` of its own calls this one first)."""
+    """A sampler or a rule a sampler is built from. Dataclass subclasses get `validate`d when they are made."""
 
     name: ClassVar[str] = ""
     # capabilities the model must offer (see `arjet.pipelines.base.CAPABILITIES`): "codebook", ...
@@ -31,7 +36,26 @@ class Part:
         return ()
 
     def __post_init__(self) -> None:
-        check_options(self)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every declared option against its declaration, then every part; ValueError naming the
+        option and what it allows. A subclass that checks how its options go together extends this (calling
+        it first, or after checking what `parts` reads)."""
+        if dataclasses.is_dataclass(self):
+            check_options(self)
+        for _, part in self.parts:
+            part.validate()
+
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
+        """Refuse, before any model work, sizes this grid (`(H, W)` codes), an operator's `max_window` or a
+        vocabulary of `vocab_size` codes cannot take, so that no step's shape grows past them; ValueError
+        naming the options, their values and the bound. Here: every part's check (a subclass that checks
+        sizes of its own calls this too)."""
+        for _, part in self.parts:
+            part.check_grid(grid, max_window, vocab_size=vocab_size)
 
 
 class Sampler(Part):
@@ -40,12 +64,6 @@ class Sampler(Part):
     continuous-batching engine can start an image in a lane while the others keep decoding."""
 
     continuous: ClassVar[bool] = False
-
-    def check_grid(
-        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
-    ) -> None:
-        """Refuse, before any model work, sizes this grid (`(H, W)` codes), an operator's `max_window` or a
-        vocabulary of `vocab_size` codes cannot take; ValueError naming the option. Nothing to refuse here."""
 
     def run(self, decode: Decode) -> None:
         """Decode every cell of every image, recording each commit in `decode.trace`."""

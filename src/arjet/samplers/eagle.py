@@ -51,7 +51,7 @@ from .speculative import AcceptanceRule, Exact, JacobiOutcome
 CHAINS = ("drafter", "jacobi")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Eagle(TreeSampler):
     """`window`: target inputs per forward, tree nodes included (the root, the drafted chain and the
     siblings); `tree_width`: candidates per tree depth; `tree_depth`: tree levels counting the root;

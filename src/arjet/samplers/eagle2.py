@@ -43,15 +43,15 @@ import torch
 
 from ..session.drafting import DraftingCache
 from .decoding import Decode, Stepper
-from .options import option
+from .options import option, step_bound
 from .random import sample
-from .sjd_pac import draw_siblings, verify_siblings
+from .sjd_pac import check_width, draw_siblings, verify_siblings
 from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Verdict, settle
 
 CHILDREN = ("sample", "top")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Eagle2(RuleSampler):
     """`tree_width`: children drawn for every expanded node; `expand`: nodes expanded per level after the
     root's (the highest path scores); `tree_depth`: tree levels, the root included; `acceptance`: `Exact()`
@@ -75,27 +75,52 @@ class Eagle2(RuleSampler):
     name: ClassVar[str] = "eagle2"
     requires: ClassVar[frozenset[str]] = frozenset({"drafter"})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
+        super().validate()
         if self.expand > self.tree_width and self.tree_depth > 2:
             raise ValueError(
                 f"expand={self.expand} is more than the root's tree_width={self.tree_width} children; "
                 f"use expand <= {self.tree_width}"
             )
 
+    @property
+    def nodes(self) -> int:
+        """The tree's nodes, the root included: the target's inputs per forward besides the re-fed codes."""
+        return tree_size(self.tree_width, self.expand, self.tree_depth)
+
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
+        """Refuse a tree with more nodes than a window may have inputs (the grid's cells, or the default
+        tree's nodes on a smaller grid, and an operator's `max_window`): every node is a query of the target's
+        forward, a slot of the session's cache and a proposal of the vocabulary's size. Also more children
+        than the vocabulary has codes."""
+        cls = type(self)
+        allowed, bound = step_bound(tree_size(cls.tree_width, cls.expand, cls.tree_depth), grid, max_window)
+        if self.nodes > allowed:
+            raise ValueError(
+                f"tree_width={self.tree_width}, expand={self.expand}, tree_depth={self.tree_depth} make a tree "
+                f"of {self.nodes:,} nodes, more than {bound}; use a tree of at most {allowed} nodes "
+                "(1 + tree_width + (tree_depth - 2) * expand * tree_width)"
+            )
+        check_width(self.tree_width, vocab_size)
+        super().check_grid(grid, max_window, vocab_size=vocab_size)
+
     def stepper(self, decode: Decode) -> DynamicTreeStepper:
         session = decode.session
         if session.drafter is None:
             raise ValueError(f"{self.name} needs a drafter (the capability 'drafter'); this session has none")
-        if self.tree_width > session.vocab_size:
-            raise ValueError(
-                f"tree_width={self.tree_width} is more than the {session.vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {session.vocab_size}"
-            )
+        self.check_grid(session.grid, vocab_size=session.vocab_size)
         return DynamicTreeStepper(self, decode)
 
     def run(self, decode: Decode) -> None:
         decode.run(self.stepper(decode), decode.session.num_cells - 1)
+
+
+def tree_size(width: int, expand: int, depth: int) -> int:
+    """Nodes of a tree of `depth` levels whose root has `width` children and whose later levels expand
+    `expand` nodes into `width` children each: `1 + K + (D - 2) * M * K`."""
+    return 1 + width + (depth - 2) * expand * width
 
 
 @dataclass(frozen=True)

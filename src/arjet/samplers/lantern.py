@@ -109,6 +109,28 @@ class Lantern(AcceptanceRule):
         claims_nothing = self.delta == 0 if self.lam is None else self.lam == 1
         return self.bound == "tv" or claims_nothing
 
+    def check_grid(
+        self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
+    ) -> None:
+        """Refuse a `bound="tv"` mixture that holds more per input than the logits do: it gathers `k`
+        neighbours for each of `top` codes (`[inputs, top, k]` per step), so `top * k` may reach the
+        vocabulary's size (or the defaults' `8 * 1000`), no more."""
+        if vocab_size is None or self.bound != "tv":
+            return
+        entries = min(self.top, vocab_size) * min(self.k, vocab_size - 1)
+        default = type(self).top * type(self).k
+        allowed = max(vocab_size, default)
+        if entries > allowed:
+            bound = (
+                f"the {vocab_size} codes of this model's vocabulary"
+                if allowed == vocab_size
+                else f"the defaults' top * k of {default}"
+            )
+            raise ValueError(
+                f"bound=tv with top={self.top}, k={self.k} gathers {entries:,} neighbour masses per input, more "
+                f"than {bound}; use top * k <= {allowed}"
+            )
+
     # -- the rule the speculative step calls --------------------------------------------------------
     def verify(
         self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext

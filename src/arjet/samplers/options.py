@@ -10,8 +10,9 @@ Its type comes from the annotation (`int | None` also takes `none`), its default
 declaration. Everything else reads that one declaration: the object's own checks (`check_options`, run when
 the object is made), the spec parser (`"sjd:window=32,init=random"`), the registry's schema
 (`arjet.samplers.options(name)`), `arjet samplers` and the demo. Sizes are bounded here by `MAX_SIZE` (no
-supported model has that many image positions) and, once the grid is known, by the grid itself
-(`check_fits_grid`, from the samplers' `check_grid`).
+supported model has that many image positions) and, once the grid is known, by the grid itself: no
+sampler's step feeds more inputs than the grid has cells (`step_bound`, `check_fits_grid`, from the
+samplers' `check_grid`).
 """
 
 from __future__ import annotations
@@ -246,12 +247,17 @@ def check_fits_grid(
 ) -> None:
     """Refuse a size option (`window`, `w`) larger than the grid has cells (or than `default`, when the
     grid is smaller) or than an operator's `limit`: its memory and work grow with it, not with the image."""
+    allowed, bound = step_bound(default, grid, limit)
+    if value > allowed:
+        raise ValueError(f"{name}={value} is larger than {bound}; use {name} <= {allowed}")
+
+
+def step_bound(default: int, grid: tuple[int, int], limit: int | None = None) -> tuple[int, str]:
+    """The most inputs one forward may feed per image (a window, a tree's nodes): the grid's cells, or
+    `default` (the sampler's default size) on a smaller grid, and at most an operator's `limit`; with what
+    sets it, as an error message names it."""
     cells = grid[0] * grid[1]
     allowed = max(cells, default) if limit is None else min(max(cells, default), limit)
-    if value > allowed:
-        why = (
-            f"the limit of {limit}"
-            if limit is not None and allowed == limit
-            else f"the {cells} cells of this {grid[0]}x{grid[1]} grid"
-        )
-        raise ValueError(f"{name}={value} is larger than {why}; use {name} <= {allowed}")
+    if limit is not None and allowed == limit:
+        return allowed, f"the limit of {limit}"
+    return allowed, f"the {cells} cells of this {grid[0]}x{grid[1]} grid"

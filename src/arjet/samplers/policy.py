@@ -55,6 +55,9 @@ class TopK(LogitsProcessor):
 
 
 class TopP(LogitsProcessor):
+    """Nucleus sampling: keep the most likely codes whose mass before each is below `top_p`, so always at
+    least the most likely one (a `top_p` so small it is 0 in float32 keeps just that one: greedy)."""
+
     def __init__(self, top_p: float):
         if not checks.is_number(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
@@ -63,8 +66,11 @@ class TopP(LogitsProcessor):
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        # drop a token when the mass strictly before it already reaches top_p (the top token always stays)
+        # drop a token when the mass strictly before it already reaches top_p
         drop_sorted = (cumulative - sorted_logits.softmax(-1)) >= self.top_p
+        # the most likely token always stays (transformers' min_tokens_to_keep=1): the mass before it is 0,
+        # which a top_p below float32's smallest number (1e-300) would reach, emptying the distribution
+        drop_sorted[..., 0] = False
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         return logits.masked_fill(drop, float("-inf"))
 

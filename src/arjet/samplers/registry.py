@@ -53,14 +53,16 @@ def options(name: str) -> tuple[Option, ...]:
 
 
 def get(sampler: str | Sampler) -> Sampler:
-    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object itself). Unknown,
-    repeated or badly typed options raise a ValueError naming the option and what is allowed."""
+    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object itself, checked again:
+    see `Part.validate`). Unknown, repeated or badly typed options raise a ValueError naming the option and
+    what is allowed."""
     if not isinstance(sampler, str):
         if not isinstance(sampler, Sampler):
             raise ValueError(
                 f"sampler must be a name or an arjet.samplers.Sampler object, got {sampler!r}; "
                 f"available names: {', '.join(available())}"
             )
+        sampler.validate()
         return sampler
     name, colon, arguments = sampler.partition(":")
     name = name.strip()

@@ -26,7 +26,7 @@ from .random import sample
 from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Uniforms, jacobi_step
 
 
-@dataclass
+@dataclass(frozen=True)
 class SJD(RuleSampler):
     """`window`: positions per forward (the last code and `window - 1` drafts); `init`: how new draft slots
     are guessed; `coupling`: keep a re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))`
@@ -43,6 +43,7 @@ class SJD(RuleSampler):
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
         check_fits_grid("window", self.window, type(self).window, grid, max_window)
+        super().check_grid(grid, max_window, vocab_size=vocab_size)
 
     def run(self, decode: Decode) -> None:
         decode.run(self.stepper(decode), decode.session.num_cells - 1, exact=self.window == 1)

@@ -36,7 +36,7 @@ from .options import MAX_SIZE, check_fits_grid, option
 from .speculative import Exact, RuleContext, Uniforms, jacobi_step
 
 
-@dataclass
+@dataclass(frozen=True)
 class SJD2(Sampler):
     """`window`: cells predicted per forward (default 64); `levels`: denoising steps a slot takes from pure
     noise to clean (default: `window // 16`, at most the checkpoint's). A slot moves several cells towards

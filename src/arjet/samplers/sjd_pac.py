@@ -68,8 +68,8 @@ class TreeSampler(RuleSampler):
     """A sampler that verifies a static tree of drafts in each window (`window`, `tree_width`, `tree_depth`
     options of the subclass): the tree is checked when the sampler is made and against each grid."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
+        super().validate()
         check_tree(self.tree_width, self.tree_depth, self.window)
 
     def check_grid(
@@ -77,17 +77,14 @@ class TreeSampler(RuleSampler):
     ) -> None:
         """Refuse a window the grid cannot use, or more siblings than the vocabulary has codes."""
         check_fits_grid("window", self.window, type(self).window, grid, max_window)
-        if vocab_size is not None and self.tree_width > vocab_size:
-            raise ValueError(
-                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {vocab_size}"
-            )
+        check_width(self.tree_width, vocab_size)
+        super().check_grid(grid, max_window, vocab_size=vocab_size)
 
     def run(self, decode: Decode) -> None:
         decode.run(self.stepper(decode), decode.session.num_cells - 1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SJDPAC(TreeSampler):
     """`window`: inputs per forward, tree nodes included (default 64, as the paper; clipped to the grid);
     `tree_width`: candidates per tree depth (default 3); `tree_depth`: tree levels counting the root (default
@@ -116,6 +113,15 @@ class SJDPAC(TreeSampler):
     def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
         return TreeStepper(self, decode)
+
+
+def check_width(width: int, vocab_size: int | None) -> None:
+    """Refuse more candidates per node than the vocabulary has codes (they are drawn without replacement)."""
+    if vocab_size is not None and width > vocab_size:
+        raise ValueError(
+            f"tree_width={width} is more than the {vocab_size} codes of this model's vocabulary; use "
+            f"tree_width <= {vocab_size}"
+        )
 
 
 def check_tree(width: int, depth: int, window: int) -> None:

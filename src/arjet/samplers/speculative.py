@@ -93,12 +93,12 @@ class RuleSampler(Sampler):
 
     acceptance: AcceptanceRule
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         if not isinstance(self.acceptance, AcceptanceRule):
             raise ValueError(
                 f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
             )
+        super().validate()
 
     @property
     def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:

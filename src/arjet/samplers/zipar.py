@@ -49,7 +49,7 @@ from .speculative import RuleContext, Uniforms, jacobi_step
 SCHEDULES = ("lumina", "llamagen")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ZipAR(Sampler):
     """`w`: ZipAR's window size (None: 16 on grids wider than 32 codes, else 8); `schedule`: `"lumina"` (row
     `r + 1` starts after `w - 1` codes of row `r`) or `"llamagen"` (row 1 after row 0, then after `w`
@@ -67,10 +67,10 @@ class ZipAR(Sampler):
         "lumina", "whose row schedule: lumina (the paper's) or llamagen", choices=SCHEDULES
     )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         if self.verify is not None and not isinstance(self.verify, SJD):
             raise ValueError(f"verify must be an SJD sampler or None, got {self.verify!r}")
+        super().validate()
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -83,10 +83,19 @@ class ZipAR(Sampler):
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
     ) -> None:
-        """Refuse a verify window the grid cannot use. `w` needs no bound: it is a lag that allocates
-        nothing, and from `w = W + 1` on (`W` with the llamagen schedule) it is raster order."""
+        """Refuse a verify window the grid cannot use, or wider than a row: each running row feeds its own
+        window every forward (up to `H` rows at once), and a row has only `W` cells to advance by, so a wider
+        window would only multiply the step's inputs. `w` needs no bound: it is a lag that allocates nothing,
+        and from `w = W + 1` on (`W` with the llamagen schedule) it is raster order."""
+        super().check_grid(grid, max_window, vocab_size=vocab_size)
         if self.verify is not None:
-            self.verify.check_grid(grid, max_window, vocab_size=vocab_size)
+            width, widest = grid[1], max(grid[1], type(self.verify).window)
+            if self.verify.window > widest:
+                raise ValueError(
+                    f"window={self.verify.window} is wider than the {width} codes of a row of this "
+                    f"{grid[0]}x{grid[1]} grid, and {self.name} advances each row by at most its width, with "
+                    f"up to {grid[0]} rows in one forward; use window <= {widest}"
+                )
 
     def window_size(self, width: int) -> int:
         """`w`, or the scripts' default for a grid `width` codes wide."""

@@ -3,10 +3,13 @@
 Each served model has its own `Engine` (one decode thread, lanes refilled as images finish). A request for
 `n` images becomes `n` engine requests (image `i` with seed `seed + i`, a random seed when none is given),
 so its images are those `pipe(prompt, seed=...)` would make alone. The engine's bounded queue is the
-server's: a request that does not fit is answered 429 with `Retry-After`; one that runs past the time limit
-504; a client that disconnects has its images cancelled, which frees their lanes at the next step. Errors
-are OpenAI-style JSON (`{"error": {"message", "type", "param", "code"}}`), 400 for bad input, 401 without
-the API key when one is set.
+server's: a request that does not fit, or that the engine expects to take longer than the time limit (the
+images ahead of it over the throughput it measures, plus its own decode), is answered 429 at once with a
+`Retry-After` from that estimate; one that still runs past the time limit 504; a client that disconnects has
+its images cancelled, which frees their lanes at the next step. `GET /health` reports each engine's state,
+refusals and estimates (503 when an engine has stopped). Errors are OpenAI-style JSON (`{"error": {"message",
+"type", "param", "code"}}`): 400 for bad input (naming the field), 413 for a body over `MAX_BODY_BYTES`, 401
+without the API key when one is set, 500 when a decode failed, 503 when an engine takes no more work.
 
 Request fields: OpenAI's `model`, `prompt`, `n`, `size` (`"WxH"` or `"auto"`), `response_format`
 (`"b64_json"`; arjet keeps no files to link to), `user` (ignored); arjet's `sampler`, `seed`,
@@ -19,6 +22,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
+import logging
+import math
+import reprlib
 import secrets
 import time
 from collections.abc import Mapping
@@ -30,12 +37,22 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import checks
-from ..engine import Cancelled, Engine, QueueFull
+from ..engine import Cancelled, DecodeFailed, Engine, EngineResult, EngineStopped, QueueFull
 from ..samplers.random import KEY_LIMIT
 
+logger = logging.getLogger(__name__)
 OPENAI_FIELDS = {"model", "prompt", "n", "size", "response_format", "user"}
 ARJET_FIELDS = {"sampler", "seed", "guidance_scale", "temperature", "top_k", "top_p"}
-RETRY_AFTER_SECONDS = 1
+NUMBER_FIELDS = ("guidance_scale", "temperature", "top_p")  # a number or null; the engine checks the range
+MAX_BODY_BYTES = 1 << 20  # a request body is a few hundred bytes; anything near this is not a real one
+SHOWN_FIELDS = 5  # unknown fields an error names (the rest are counted)
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it: short, however long or deeply nested it is."""
+    shorter = reprlib.Repr()
+    shorter.maxlevel, shorter.maxstring, shorter.maxother, shorter.maxlist, shorter.maxdict = 2, 60, 60, 4, 4
+    return shorter.repr(value)
 
 
 class ApiError(Exception):
@@ -73,60 +90,134 @@ class ImagesRequest:
     def parse(cls, body: Any, engines: Mapping[str, Engine]) -> ImagesRequest:
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
-        unknown = sorted(set(body) - OPENAI_FIELDS - ARJET_FIELDS)
-        if unknown:
-            allowed = ", ".join(sorted(OPENAI_FIELDS | ARJET_FIELDS))
-            raise ApiError(
-                400, f"unsupported field(s) {', '.join(unknown)}; allowed: {allowed}", param=unknown[0]
-            )
-        model = body.get("model", next(iter(engines)))
-        if model not in engines:
-            raise ApiError(
-                400, f"unknown model {model!r}; this server has {', '.join(engines)}", param="model"
-            )
+        _refuse_unknown(body)
+        model = _model(body, engines)
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ApiError(400, "prompt must be a non-empty string", param="prompt")
-        n, most = body.get("n", 1), engines[model].pipe.limits.max_images_per_call
-        if not checks.is_integer(n) or not 1 <= n <= most:
-            raise ApiError(400, f"n must be an integer from 1 to {most}, got {n!r}", param="n")
-        seed = body.get("seed")
-        if seed is None:
-            seed = secrets.randbelow(KEY_LIMIT - n)
-        elif not checks.is_integer(seed) or not 0 <= seed <= KEY_LIMIT - n:
-            raise ApiError(
-                400, f"seed must be an integer from 0 to {KEY_LIMIT - n}, got {seed!r}", param="seed"
-            )
+            raise ApiError(400, f"prompt must be a non-empty string, got {_shown(prompt)}", param="prompt")
+        user = body.get("user")
+        if user is not None and not isinstance(user, str):
+            raise ApiError(400, f"user must be a string, got {_shown(user)}", param="user")
+        n = _n(body.get("n", 1), engines[model])
         response_format = body.get("response_format", "b64_json")
         if response_format != "b64_json":
             raise ApiError(
                 400,
-                f"response_format must be 'b64_json' (arjet keeps no files to link to), got {response_format!r}",
+                "response_format must be 'b64_json' (arjet keeps no files to link to), got "
+                f"{_shown(response_format)}",
                 param="response_format",
             )
-        options = {key: body[key] for key in ARJET_FIELDS - {"seed"} if key in body}
-        return cls(model, prompt, n, _size(body.get("size", "auto")), seed, options)
+        return cls(
+            model, prompt, n, _size(body.get("size", "auto")), _seed(body.get("seed"), n), _options(body)
+        )
+
+
+def _refuse_unknown(body: dict) -> None:
+    unknown = sorted(set(body) - OPENAI_FIELDS - ARJET_FIELDS)
+    if not unknown:
+        return
+    named = ", ".join(name if len(name) <= 60 else name[:57] + "..." for name in unknown[:SHOWN_FIELDS])
+    more = f" and {len(unknown) - SHOWN_FIELDS} more" if len(unknown) > SHOWN_FIELDS else ""
+    allowed = ", ".join(sorted(OPENAI_FIELDS | ARJET_FIELDS))
+    raise ApiError(400, f"unsupported field(s) {named}{more}; allowed: {allowed}", param=unknown[0][:60])
+
+
+def _model(body: dict, engines: Mapping[str, Engine]) -> str:
+    model = body.get("model", next(iter(engines)))
+    if not isinstance(model, str) or model not in engines:
+        raise ApiError(
+            400, f"unknown model {_shown(model)}; this server has {', '.join(engines)}", param="model"
+        )
+    return model
+
+
+def _n(value: Any, engine: Engine) -> int:
+    most = engine.pipe.limits.max_images_per_call
+    if not checks.is_integer(value) or not 1 <= value <= most:
+        raise ApiError(400, f"n must be an integer from 1 to {most}, got {_shown(value)}", param="n")
+    if value > engine.max_queue:
+        raise ApiError(
+            400,
+            f"n={value} is more images than this server's queue holds (max_queue={engine.max_queue}), so it "
+            f"could never be accepted; ask for at most {engine.max_queue}",
+            param="n",
+        )
+    return value
+
+
+def _seed(value: Any, n: int) -> int:
+    if value is None:
+        return secrets.randbelow(KEY_LIMIT - n)
+    if not checks.is_integer(value) or not 0 <= value <= KEY_LIMIT - n:
+        raise ApiError(
+            400, f"seed must be an integer from 0 to {KEY_LIMIT - n}, got {_shown(value)}", param="seed"
+        )
+    return value
+
+
+def _options(body: dict) -> dict[str, Any]:
+    """arjet's fields but the seed, each of the type `Engine.submit` takes (it checks the values)."""
+    sampler = body.get("sampler", "ar")
+    if not isinstance(sampler, str):
+        raise ApiError(
+            400, f"sampler must be a string such as 'sjd:window=16', got {_shown(sampler)}", param="sampler"
+        )
+    for name in NUMBER_FIELDS:
+        value = body.get(name)
+        if value is not None and not checks.is_number(value):
+            raise ApiError(400, f"{name} must be a number or null, got {_shown(value)}", param=name)
+    top_k = body.get("top_k")
+    if top_k is not None and not checks.is_integer(top_k):
+        raise ApiError(400, f"top_k must be an integer or null, got {_shown(top_k)}", param="top_k")
+    return {key: body[key] for key in sorted(ARJET_FIELDS - {"seed"}) if key in body}
 
 
 def _size(value: Any) -> tuple[int, int] | None:
-    if value in (None, "auto"):
+    if value is None or value == "auto":
         return None
     if isinstance(value, str) and value.count("x") == 1:
         width, height = (checks.integer_from_text(part) for part in value.split("x"))
         if width and height and width > 0 and height > 0:
             return height, width
     raise ApiError(
-        400, f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '384x384') or 'auto', got {value!r}", param="size"
+        400,
+        f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '384x384') or 'auto', got {_shown(value)}",
+        param="size",
     )
 
 
+async def read_json(request: Request) -> Any:
+    """The request's JSON body, at most `MAX_BODY_BYTES` (413 beyond, by its Content-Length or as it
+    streams in); 400 for a body that is not JSON (or nests deeper than Python's parser recurses)."""
+    declared = request.headers.get("content-length", "0")
+    if not (declared.isascii() and declared.isdigit()):
+        raise ApiError(400, "Content-Length must be a number of bytes")
+    if int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise _too_large()
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "the request body is not valid JSON (or nests too deep)") from None
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", "invalid_request_error")
+
+
 def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> FastAPI:
-    """The FastAPI application serving `engines` ({model name: its started engine})."""
+    """The FastAPI application serving `engines` ({model name: its started engine}); `api_key`: required as
+    `Authorization: Bearer KEY` on every route but `/health` (compared in constant time)."""
     if not engines:
         raise ValueError("the server needs at least one model")
     app = FastAPI(
         title="arjet", description="OpenAI images API over arjet's engines", docs_url=None, redoc_url=None
     )
+    expected = None if api_key is None else f"Bearer {api_key}".encode()
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
@@ -136,21 +227,25 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return ApiError(error.status_code, str(error.detail), headers=error.headers).response()
 
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, error: Exception) -> JSONResponse:
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        return ApiError(500, f"the server failed ({type(error).__name__})", "server_error").response()
+
     def authorised(request: Request) -> None:  # a dependency, not middleware: that would hide disconnects
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+        given = request.headers.get("authorization", "").encode("latin-1")
+        if expected is not None and not secrets.compare_digest(given, expected):
             raise ApiError(
                 401, "a valid API key is required (Authorization: Bearer KEY)", "authentication_error"
             )
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "models": {
-                name: {"queued": e.queued, "busy_lanes": e.busy, "images": e.stats.images}
-                for name, e in engines.items()
-            },
-        }
+    async def health() -> JSONResponse:
+        models = {name: _health(engine) for name, engine in engines.items()}
+        ok = all(model["state"] == "running" for model in models.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "failed", "models": models}, status_code=200 if ok else 503
+        )
 
     @app.get("/v1/models", dependencies=[Depends(authorised)])
     async def list_models() -> dict[str, Any]:
@@ -161,11 +256,7 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
 
     @app.post("/v1/images/generations", dependencies=[Depends(authorised)])
     async def generate(request: Request) -> JSONResponse:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise ApiError(400, "the request body is not valid JSON") from None
-        parsed = ImagesRequest.parse(body, engines)
+        parsed = ImagesRequest.parse(await read_json(request), engines)
         engine, started = engines[parsed.model], time.time()
         submitted = _submit(engine, parsed)
         try:
@@ -173,7 +264,9 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
         finally:
             for item in submitted:
                 item.cancel()  # a no-op for finished ones; frees the lanes of the rest
-        images = await asyncio.to_thread(_encode, engine.pipe, [result.codes for result in results])
+        images = await asyncio.to_thread(
+            _encode, results
+        )  # rendered off the event loop and the decode thread
         stats = [
             {
                 "seed": parsed.seed + i,
@@ -191,8 +284,26 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
     return app
 
 
+def _health(engine: Engine) -> dict[str, Any]:
+    """One engine's state, load, refusals and estimates (seconds and images per second; null: not yet)."""
+    stats, estimate = engine.stats, engine.estimate()
+    return {
+        "state": engine.state,
+        "error": None if engine.error is None else repr(engine.error),
+        "queued": engine.queued,
+        "busy_lanes": engine.busy,
+        "images": stats.images,
+        "refused": {"queue_full": stats.queue_full, "overloaded": stats.overloaded},
+        "expired": stats.expired,
+        "failed": stats.failed,
+        "throughput": estimate.throughput,
+        "latency_seconds": estimate.latency,
+        "expected_wait_seconds": estimate.expected_wait,
+    }
+
+
 def _submit(engine: Engine, request: ImagesRequest) -> list:
-    """The engine requests of `request`'s images (all or none: a queue that cannot hold them all is a 429)."""
+    """The engine requests of `request`'s images (all or none: one that is refused takes the others back)."""
     height, width = request.size or (None, None)
     submitted = []
     try:
@@ -202,23 +313,31 @@ def _submit(engine: Engine, request: ImagesRequest) -> list:
                     request.prompt, seed=request.seed + i, height=height, width=width, **request.options
                 )
             )
-    except QueueFull as error:
+    except Exception as error:
         for item in submitted:
             item.cancel()
-        raise ApiError(
-            429,
-            f"the server is busy ({error}); try again shortly",
-            "rate_limit_error",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        ) from None
-    except ValueError as error:
-        for item in submitted:
-            item.cancel()
-        raise ApiError(400, str(error)) from None
+        raise _refusal(error) from None
     return submitted
 
 
-async def _wait(request: Request, submitted: list) -> list:
+def _refusal(error: Exception) -> Exception:
+    """The API's answer to an engine that refused a request."""
+    if isinstance(error, QueueFull):
+        retry = 1 if error.retry_after is None else max(1, math.ceil(error.retry_after))
+        return ApiError(
+            429,
+            f"the server is busy ({error}); try again in {retry} s",
+            "rate_limit_error",
+            headers={"Retry-After": str(retry)},
+        )
+    if isinstance(error, EngineStopped):
+        return ApiError(503, f"this model's engine takes no more work ({error})", "server_error")
+    if isinstance(error, (ValueError, TypeError)):
+        return ApiError(400, str(error))
+    return error
+
+
+async def _wait(request: Request, submitted: list) -> list[EngineResult]:
     """The engine results, polling for the client's disconnect (which cancels the images)."""
     futures = [asyncio.wrap_future(item.future) for item in submitted]
     for future in futures:  # an image cancelled after its client left fails later: nobody awaits it then
@@ -234,16 +353,17 @@ async def _wait(request: Request, submitted: list) -> list:
         return [future.result() for future in futures]
     except Cancelled as error:
         raise ApiError(504, f"the request did not finish in time ({error})", "timeout") from None
+    except DecodeFailed as error:
+        raise ApiError(500, str(error), "server_error") from None
+    except EngineStopped as error:
+        raise ApiError(503, f"this model's engine stopped ({error})", "server_error") from None
 
 
-def _encode(pipe, codes: list) -> list[str]:
-    """PNG images, base64, for codes `[H, W]` each."""
-    import torch
-
-    images = pipe.decode_codes(torch.stack(codes).to(pipe._execution_device), "pil")
+def _encode(results: list[EngineResult]) -> list[str]:
+    """Each result's image (rendered here, in a worker thread) as a base64 PNG."""
     encoded = []
-    for image in images:
+    for result in results:
         buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
+        result.image.save(buffer, format="PNG")
         encoded.append(base64.b64encode(buffer.getvalue()).decode("ascii"))
     return encoded

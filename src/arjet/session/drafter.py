@@ -17,13 +17,18 @@ saved and loaded as safetensors like the pipeline's other components; its presen
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
+from .. import checks
+from ..machine import check_fits_in_memory
 from .adapter import ModelAdapter
 from .decoder import LlamaStackDecoder
 
@@ -84,16 +89,50 @@ class Drafter(ModelMixin, ConfigMixin):
         num_attention_heads: int = 4,
         **kwargs,
     ) -> Drafter:
-        """A randomly initialised drafter sized for the target behind `adapter` (its code embeddings' width);
-        `intermediate_size` defaults to twice that width."""
+        """A randomly initialised drafter sized for the target behind `adapter` (`sizes_for`)."""
+        sizes = cls.sizes_for(
+            adapter, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads
+        )
+        return cls(**sizes, **kwargs)
+
+    @staticmethod
+    def sizes_for(
+        adapter: ModelAdapter, *, intermediate_size: int | None = None, num_attention_heads: int = 4
+    ) -> dict[str, int]:
+        """The sizes of a new drafter for the target behind `adapter`: the width of its code embeddings,
+        `intermediate_size` (default twice that width) and `num_attention_heads`. The width is measured by
+        one embedding on the adapter's own device (not every family's embeds on the meta device), so that a
+        drafter of these sizes can then be built there to check it fits (`check_fits`)."""
         with torch.no_grad():
             width = adapter.embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
-        return cls(
-            hidden_size=width,
-            intermediate_size=intermediate_size or 2 * width,
-            num_attention_heads=num_attention_heads,
-            **kwargs,
+        return {
+            "hidden_size": width,
+            "intermediate_size": intermediate_size or 2 * width,
+            "num_attention_heads": num_attention_heads,
+        }
+
+    @classmethod
+    def check_fits(cls, what: str, config: Any, dtype: Any = None, **options: Any) -> None:
+        """Refuse, before anything is allocated, a drafter of `config` (its arguments, or a saved
+        config.json's contents) that would not fit in memory, or that no drafter has: a ValueError naming
+        `what` (`machine.check_fits_in_memory`; `options`: its `device` and `copies`)."""
+        if not isinstance(config, dict):
+            raise ValueError(f"{what} is not a drafter's config (a JSON object of its sizes)")
+        dtype = dtype if isinstance(dtype, torch.dtype) else None
+        check_fits_in_memory(what, lambda: cls.from_config(config), dtype, **options)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Drafter:
+        """diffusers' loader, after a local folder's config.json is read (`checks.read_json`: malformed or
+        nested too deep is a ValueError naming it) and the drafter it describes is checked against free
+        memory (`check_fits`), before anything is allocated."""
+        config = (
+            Path(pretrained_model_name_or_path).expanduser() / (kwargs.get("subfolder") or "") / "config.json"
         )
+        if config.is_file():
+            dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+            cls.check_fits(f"the drafter config {config}", checks.read_json(config), dtype)
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def fuse(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """`fc(cat[e(x_{t+1}), h_t])` for `[..., d]` each."""

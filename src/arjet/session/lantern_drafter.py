@@ -18,13 +18,13 @@ rotary embedding is not reproduced (arjet has no LlamaGen family).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .. import checks
 from ..weights import load_tensors
 from .drafter import Drafter
 
@@ -40,12 +40,16 @@ def read_lantern_drafter(folder: str | os.PathLike) -> Drafter:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json; {PROVIDE}")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config = checks.read_json(config_path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path} is not a JSON object of the model's sizes; {PROVIDE}")
     weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
     if weights is None:
         raise FileNotFoundError(f"{folder} has neither {' nor '.join(WEIGHT_FILES)}; {PROVIDE}")
+    sizes = config_sizes(config)
+    Drafter.check_fits(f"the LANTERN drafter config {config_path}", sizes)  # before the weights are read
     state = official_state(load_tensors(weights, "LANTERN drafter weights", PROVIDE))
-    drafter = Drafter(**drafter_config(config, state))
+    drafter = Drafter(**drafter_config(sizes, state))
     state = _expanded_norms(state, drafter.config.num_attention_heads)
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -75,19 +79,26 @@ def official_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return cleaned
 
 
-def drafter_config(config: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """`Drafter` arguments from the official `config.json` and what the weights show (the block: Chameleon's
-    when there are query norms; the input norm and the fusion's bias when present)."""
+def config_sizes(config: dict[str, Any]) -> dict[str, Any]:
+    """The `Drafter` arguments the official `config.json` gives (its sizes, norm and rotary settings)."""
     try:
-        hidden = int(config["hidden_size"])
-        sizes = dict(
-            hidden_size=hidden,
+        return dict(
+            hidden_size=int(config["hidden_size"]),
             intermediate_size=int(config["intermediate_size"]),
             num_attention_heads=int(config["num_attention_heads"]),
             num_key_value_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(config.get("rope_theta") or 10000.0),
+            max_position_embeddings=int(config.get("max_position_embeddings") or 16384),
         )
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
         raise ValueError(f"the drafter's config.json lacks a usable {error}; {PROVIDE}") from None
+
+
+def drafter_config(sizes: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """`Drafter` arguments from the config's `sizes` (`config_sizes`) and what the weights show (the block:
+    Chameleon's when there are query norms; the input norm and the fusion's bias when present)."""
+    hidden = sizes["hidden_size"]
     fc = state.get("fc.weight")
     if fc is None or tuple(fc.shape) != (hidden, 2 * hidden):
         shape = None if fc is None else tuple(fc.shape)
@@ -96,9 +107,6 @@ def drafter_config(config: dict[str, Any], state: dict[str, torch.Tensor]) -> di
         )
     return dict(
         sizes,
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(config.get("rope_theta") or 10000.0),
-        max_position_embeddings=int(config.get("max_position_embeddings") or 16384),
         block="chameleon" if "layers.0.self_attn.q_norm.weight" in state else "llama",
         fc_bias="fc.bias" in state,
         input_norm="layers.0.input_layernorm.weight" in state,

@@ -4,8 +4,8 @@ The images of the procedural shapes domain are encoded once with the trained VQ 
 the model learns next-code prediction after the prompt, laid out exactly as `JanusPipeline` lays it out
 at inference (`encode_prompts`): the same template, tokenizer and CFG rows. A share of the prompts is
 replaced by the unconditional row (condition dropout) so classifier-free guidance works. Each epoch draws
-a fresh phrasing of every scene's prompt. bf16 autocast on CPU, AdamW with warm-up and cosine decay, a
-wall-clock budget, periodic held-out loss and a saved pipeline folder.
+a fresh phrasing of every scene's prompt. bf16 autocast where the device runs bfloat16 natively, AdamW with
+warm-up and cosine decay, a wall-clock budget, periodic held-out loss and a saved pipeline folder.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import numpy as np
 import torch
 from transformers import JanusConfig, JanusForConditionalGeneration, JanusVQVAE
 
+from .. import checks
 from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.components import load_component
 from ..pipelines.janus import JanusPipeline, build_janus_tokenizer
 from ..session import Prefix
 from .configs import ARTrainConfig
-from .scaffold import TRAINING_COPIES, TrainingRun, require_folder
+from .scaffold import TRAINING_COPIES, TrainingRun, check_outputs, require_folder, uses_bf16
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
@@ -124,13 +125,28 @@ def load_or_encode(
 ) -> tuple[np.ndarray, list[dict]]:
     codes_path, scenes_path = cache / f"{split}-{count}.npy", cache / f"{split}-{count}.jsonl"
     if codes_path.is_file() and scenes_path.is_file():
-        scenes = [json.loads(line) for line in scenes_path.read_text().splitlines()]
-        return np.load(codes_path), scenes
+        scenes = checks.read_json_lines(scenes_path)
+        return _cached_codes(codes_path, len(scenes)), scenes
     codes, scenes = encode_split(vq, split, count, workers=workers)
     cache.mkdir(parents=True, exist_ok=True)
     np.save(codes_path, codes)
     scenes_path.write_text("\n".join(json.dumps(s) for s in scenes))
     return codes, scenes
+
+
+def _cached_codes(path: Path, count: int) -> np.ndarray:
+    """The codes of a cache file: `[count, cells]` uint16 as `load_or_encode` saves them, checked from the
+    file's header (memory-mapped) before they are read; ValueError naming the file otherwise."""
+    try:
+        codes = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise ValueError(f"{path} is not a cache of encoded codes ({error}); remove it") from None
+    if codes.dtype != np.uint16 or codes.ndim != 2 or len(codes) != count:
+        raise ValueError(
+            f"{path} holds {codes.dtype} codes of shape {codes.shape}, not the [{count}, cells] uint16 codes "
+            "of this cache; remove it"
+        )
+    return np.array(codes)
 
 
 class Batches:
@@ -165,6 +181,7 @@ class Batches:
 
 
 def train_ar(config: ARTrainConfig) -> Path:
+    check_outputs(config)
     if config.init:
         require_folder("--init", config.init, "pass a pipeline folder saved by `arjet train ar`")
     else:
@@ -189,12 +206,9 @@ def train_ar(config: ARTrainConfig) -> Path:
     for parameter in model.model.vqmodel.parameters():
         parameter.requires_grad_(False)
     vq = model.model.vqmodel  # the frozen copy inside the model, on the training device
-    train_codes, train_scenes = load_or_encode(
-        vq, out / "cache", "train", config.train_images, config.workers
-    )
-    held_codes, held_scenes = load_or_encode(
-        vq, out / "cache", "heldout", config.heldout_images, config.workers
-    )
+    cache = Path(config.data_cache).expanduser() if config.data_cache else out / "cache"
+    train_codes, train_scenes = load_or_encode(vq, cache, "train", config.train_images, config.workers)
+    held_codes, held_scenes = load_or_encode(vq, cache, "heldout", config.heldout_images, config.workers)
     batches = Batches(pipe, train_codes, train_scenes, config.condition_dropout, config.seed)
     heldout = Batches(pipe, held_codes, held_scenes, 0.0, config.seed + 1)
 
@@ -221,7 +235,11 @@ def train_ar(config: ARTrainConfig) -> Path:
         lr = warmup_cosine(config, step, run.seconds)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
+        with torch.autocast(
+            torch.device(config.device).type,
+            dtype=torch.bfloat16,
+            enabled=uses_bf16(config.bf16, config.device),
+        ):
             prefix, codes = batches.make(index, device=config.device)
             loss = code_loss(teacher_forced_logits(pipe, prefix, codes), codes)
         optimizer.zero_grad(set_to_none=True)
@@ -262,7 +280,11 @@ def evaluate(pipe: JanusPipeline, heldout: Batches, config: ARTrainConfig, batch
     size = len(heldout.codes)
     for start in range(0, min(size, batches * config.batch_size), config.batch_size):
         index = np.arange(start, min(start + config.batch_size, size))
-        with torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.bf16):
+        with torch.autocast(
+            torch.device(config.device).type,
+            dtype=torch.bfloat16,
+            enabled=uses_bf16(config.bf16, config.device),
+        ):
             prefix, codes = heldout.make(index, train=False, device=config.device)
             total += code_loss(teacher_forced_logits(pipe, prefix, codes), codes).item() * len(index)
         count += len(index)

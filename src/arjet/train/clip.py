@@ -23,7 +23,7 @@ from tokenizers.processors import TemplateProcessing
 from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.text_tokenizer import build_word_tokenizer
 from .configs import ClipTrainConfig, integer_list
-from .scaffold import TRAINING_COPIES, TrainingRun, require_folder
+from .scaffold import TRAINING_COPIES, TrainingRun, check_bytes_fit, check_outputs, require_folder
 
 PAD, EOS = "<pad>", "</s>"
 
@@ -132,6 +132,16 @@ def clip_loss(image_features: torch.Tensor, text_features: torch.Tensor, scale: 
     return loss
 
 
+def render_set_bytes(config: ClipTrainConfig) -> int:
+    """The memory `_render_set` takes at its peak: the uint8 images twice (the batches, then joined) and one
+    render at a time in each worker."""
+    from ..data import render_bytes
+
+    return 2 * config.images * 3 * config.image_size**2 + max(1, config.workers) * render_bytes(
+        config.image_size
+    )
+
+
 def _render_set(config: ClipTrainConfig) -> tuple[torch.Tensor, list]:
     from ..data import Scene, ShapesDataset
 
@@ -157,14 +167,18 @@ def train_clip(config: ClipTrainConfig) -> Path:
     from ..eval.domain import zero_shot_accuracy
     from .ar import domain_words
 
+    check_outputs(config)
     if config.init:
         init = require_folder("--init", config.init, "pass a CLIP folder saved by `arjet train clip`")
         if not (init / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"--init {config.init!r} holds no {WEIGHTS_FILE}")
-    run = TrainingRun(config, "clip", log=config.log)
     tokenizer = clip_tokenizer(domain_words(seed=config.seed))
     cfg = model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     check_fits_in_memory("the CLIP of these options", lambda: open_clip.CLIP(**cfg), copies=TRAINING_COPIES)
+    check_bytes_fit(
+        f"rendering --images {config.images} of --image-size {config.image_size}", render_set_bytes(config)
+    )
+    run = TrainingRun(config, "clip", log=config.log or None)
     model = open_clip.CLIP(**cfg)
     if config.init:
         from ..weights import load_tensors

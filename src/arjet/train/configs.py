@@ -54,7 +54,9 @@ def integers(default: str, help: str) -> Any:
 
 
 def output(default: str, help: str, kind: str = "folder") -> Any:
-    """Where the stage writes (`kind`: a folder it makes, or a file): checked before any work."""
+    """Where the stage writes, checked before any work (`arjet.train.scaffold.check_outputs`); `kind`: the
+    run's folder (new or empty: one run per folder), a new file, or a cache folder that later runs reuse
+    (`cache`: it may hold files). An empty value writes nothing there (or the stage's default place)."""
     return field(default=default, metadata={"help": help, "output": kind})
 
 
@@ -105,7 +107,15 @@ class VQTrainConfig:
     eval_images: int = positive(1000, "held-out images for the final PSNR and codebook usage")
 
     def __post_init__(self):
-        integer_list("channel_multiplier", self.channel_multiplier)
+        levels = len(integer_list("channel_multiplier", self.channel_multiplier))
+        # each level after the first halves the image, and the last still runs 3x3 convolutions over it
+        step = 2 ** (levels - 1)
+        if self.image_size % step or self.image_size < 4 * step:
+            raise ValueError(
+                f"image_size {self.image_size}: with {levels} levels (channel_multiplier "
+                f"{self.channel_multiplier}) the VQ halves the image {levels - 1} times, so it must be a "
+                f"multiple of {step} and at least {4 * step}"
+            )
 
 
 @dataclass
@@ -114,6 +124,11 @@ class ARTrainConfig:
 
     vq: str = option("artifacts/vq", "folder of the trained VQ tokenizer (`arjet train vq`)")
     out: str = output("artifacts/ar", "output folder: pipeline/, train_log.jsonl, metrics.json, cache/")
+    data_cache: str = output(
+        "",
+        "cache of the encoded scenes, which a later run (another --out) reuses ('': OUT/cache)",
+        kind="cache",
+    )
     init: str = option(
         "", "continue from this saved pipeline (its tokenizer and weights) instead of a new model"
     )
@@ -133,7 +148,7 @@ class ARTrainConfig:
     max_steps: int = max_steps(100_000)
     max_minutes: float = max_minutes(180.0)
     condition_dropout: float = share(0.1, "share of prompts replaced by the unconditional row (for CFG)")
-    bf16: bool = option(True, "bfloat16 autocast")
+    bf16: bool = option(True, "bfloat16 autocast (where the device runs bfloat16 natively: CUDA, AVX-512)")
     threads: int = threads()
     device: str = device()
     workers: int = option(0, "data loader worker processes for encoding")
@@ -180,7 +195,7 @@ class ClipTrainConfig:
         1000, "steps between zero-shot colour / shape accuracy checks (0: at the end only)"
     )
     eval_scenes: int = option(300, "held-out scenes of each accuracy check (0: none)")
-    log: str = output("artifacts/clip/train_log.jsonl", "the training log (JSON lines)", kind="file")
+    log: str = output("", "the training log, a new file (JSON lines; '': OUT/train_log.jsonl)", kind="file")
     init: str = option("", "a CLIP folder to continue from (same config)")
 
     def __post_init__(self):
@@ -216,7 +231,7 @@ class SJD2TrainConfig:
         "whose image tokenizer arjet does not run)",
     )
     data_cache: str = output(
-        "artifacts/ar/cache", "cache of the encoded shapes data (shared with `train ar`)"
+        "artifacts/ar/cache", "cache of the encoded shapes data (shared with `train ar`)", kind="cache"
     )
     images: int = positive(120_000, "shapes training images")
     seed: int = seed()
@@ -235,7 +250,9 @@ class SJD2TrainConfig:
     max_steps: int = max_steps(20_000)
     max_minutes: float = max_minutes(60.0)
     lora_rank: int = option(0, "LoRA rank for large models (0: full fine-tuning)")
-    bf16: bool = option(True, "bfloat16 mixed precision")
+    bf16: bool = option(
+        True, "bfloat16 mixed precision (where the device runs bfloat16 natively: CUDA, AVX-512)"
+    )
     threads: int = threads()
     log_every: int = positive(50, "steps between log lines")
 
@@ -263,11 +280,12 @@ class DrafterTrainConfig:
     )
     data_sampler: str = option("sjd-pac", "the (exact) sampler that generates them")
     data_batch: int = positive(32, "images generated per call")
-    data_dir: str = option(
+    data_dir: str = output(
         "",
         "a folder that keeps the generated data, a file a batch: batches an earlier run made there (the same "
         "base, sampler, prompts and seeds) are read instead of generated, so a run resumes or retrains "
         "without generating again ('': kept in memory only)",
+        kind="cache",
     )
     seed: int = seed()
     heads: int = positive(8, "attention heads of the drafter's block")

@@ -29,17 +29,20 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from .. import checks
 from ..session import DecodingSession
 from ..session.drafter import Drafter
+from ..weights import load_tensors
 from .configs import DrafterTrainConfig
 from .processes import Processes
-from .scaffold import TrainingRun
+from .scaffold import TRAINING_COPIES, TrainingRun, check_base, check_outputs
 from .schedule import warmup_cosine
 
 
@@ -54,21 +57,34 @@ def prompt_set(source: str, count: int, seed: int) -> list[str]:
     path = Path(source).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--prompts {source!r}: no such file; pass a prompt file or 'shapes'")
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
-        data = json.loads(text)
-        if isinstance(data, dict):  # COCO captions: {"annotations": [{"caption": ...}, ...]}
-            data = [item["caption"] for item in data.get("annotations", [])]
-        prompts = [str(item) for item in data]
+        prompts = _json_prompts(checks.read_json(path), path)
     elif path.suffix == ".jsonl":
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        prompts = [str(record.get("prompt", record.get("caption", ""))) for record in records]
+        prompts = [_record_prompt(record, path) for record in checks.read_json_lines(path)]
     else:
-        prompts = [line.strip() for line in text.splitlines()]
+        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     prompts = [prompt for prompt in prompts if prompt.strip()]
     if not prompts:
         raise ValueError(f"--prompts {source!r} holds no prompts")
     return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def _json_prompts(data: Any, path: Path) -> list[str]:
+    """The prompts of a .json prompt file: a list, or COCO captions (`{"annotations": [{"caption": ...}]}`)."""
+    if isinstance(data, dict):
+        data = data.get("annotations", [])
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: 'annotations' must be a list of {{'caption': ...}} records")
+        return [_record_prompt(item, path) for item in data]
+    if not isinstance(data, list):
+        raise ValueError(f"{path} holds neither a list of prompts nor COCO captions")
+    return [str(item) for item in data]
+
+
+def _record_prompt(record: Any, path: Path) -> str:
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: a record is not a JSON object, got {str(record)[:80]}")
+    return str(record.get("prompt", record.get("caption", "")))
 
 
 @torch.no_grad()
@@ -89,8 +105,7 @@ def distill(
         batch_seeds = seeds[start : start + config.data_batch]
         path = store / f"{_batch_key(config, batch, batch_seeds)}.safetensors" if store else None
         if path is not None and path.is_file():
-            data = load_file(path)
-            hidden, codes = data["hidden"], data["codes"]
+            hidden, codes = _stored_batch(path)
         else:
             hidden, codes = _distill_batch(pipe, batch, config.data_sampler, batch_seeds)
             if path is not None:
@@ -103,6 +118,15 @@ def distill(
         if progress is not None:
             progress(len(batch))
     return torch.cat(hidden_rows), torch.cat(code_rows)
+
+
+def _stored_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden, codes) of a batch an earlier run kept in `data_dir`; ValueError naming a file that is cut
+    short or holds other tensors (remove it, and the batch is generated again)."""
+    data = load_tensors(path, "kept drafter data", "remove it: the batch is generated again")
+    if set(data) != {"hidden", "codes"}:
+        raise ValueError(f"{path} holds {sorted(data)[:4]}, not a batch's hidden and codes; remove it")
+    return data["hidden"], data["codes"]
 
 
 def _distill_batch(
@@ -202,6 +226,8 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
 
     from ..builtin import load_model
 
+    check_outputs(config)
+    check_base("--base", config.base)
     if config.images < Processes.launched():  # checked before any process waits for the others
         raise ValueError(
             f"--images {config.images}: at least one per process ({Processes.launched()} processes)"
@@ -210,6 +236,12 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
     device = processes.device(config.device)
     pipe = load_model(config.base, device=device, dtype="float32")
     pipe.set_progress_bar_config(disable=True)
+    Drafter.check_fits(  # before the data is generated: the drafter's width is the model's
+        "the drafter of these options (--intermediate-size, --heads)",
+        Drafter.sizes_for(pipe.session_adapter(), **drafter_options(config)),
+        copies=TRAINING_COPIES,
+        device=device,
+    )
     run = TrainingRun(config, "drafter", show=processes.main)
     prompts = prompt_set(config.prompts, config.images, config.seed)
     places = processes.shard(range(len(prompts)))
@@ -241,6 +273,11 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
     return run.out / "pipeline"
 
 
+def drafter_options(config: DrafterTrainConfig) -> dict[str, Any]:
+    """`Drafter.for_adapter`'s (and `sizes_for`'s) options from `config`: its MLP width and heads."""
+    return {"intermediate_size": config.intermediate_size, "num_attention_heads": config.heads}
+
+
 def fit_drafter(
     pipe,
     hidden: torch.Tensor,
@@ -257,9 +294,7 @@ def fit_drafter(
     processes = processes or Processes()
     adapter = pipe.session_adapter()
     pipe.model.requires_grad_(False)
-    drafter = Drafter.for_adapter(
-        adapter, intermediate_size=config.intermediate_size or None, num_attention_heads=config.heads
-    ).to(pipe.device)
+    drafter = Drafter.for_adapter(adapter, **drafter_options(config)).to(pipe.device)
     processes.same_start(drafter)
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)

@@ -1,6 +1,11 @@
 """What every training stage does around its own step: seed and threads, the output folder, the budget
 loop (`max_steps` or `max_minutes` of wall clock, whichever runs out first), a progress bar and a JSON-lines
-log, and the checks of the local folders a stage reads.
+log, and the checks of the places a stage writes and of the local folders it reads.
+
+One run per folder: a stage writes into a new or empty `--out` (its log, metrics and weights there), never
+over an earlier run nor into another run's log. No stage resumes a run; `ar` and `clip` continue from saved
+weights with `--init` (into a new folder), and the caches of encoded or generated data (`--data-cache`,
+`--data-dir`) are meant to be shared between runs.
 """
 
 from __future__ import annotations
@@ -8,11 +13,55 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from .. import checks, machine
+
 # what training keeps per parameter, in parameters: the weights, their gradients and Adam's two moments
 TRAINING_COPIES = 4
+ONE_RUN = (
+    "a folder holds one training run (arjet train never writes over an earlier run or adds to its log; no "
+    "stage resumes one, while ar and clip continue from its weights with --init into a new folder)"
+)
+
+
+def check_outputs(config: Any) -> list[Path]:
+    """Check every place the stage writes (its config's fields marked `output`, see
+    `arjet.train.configs.output`) before any work: the run's folder new or empty, a file new, a cache
+    folder writable; an empty value is skipped. Returns the folders a run would make, the deepest first."""
+    made: set[Path] = set()
+    for item in fields(config):
+        kind, value = item.metadata.get("output"), getattr(config, item.name)
+        if kind is None or not value:
+            continue
+        option = "--" + item.name.replace("_", "-")
+        if kind == "file":
+            if Path(value).expanduser().exists() or Path(value).expanduser().is_symlink():
+                raise ValueError(
+                    f"{option} {str(value)!r} already exists; arjet train writes a new file for every run, "
+                    f"never into an earlier run's: give a new file name, or leave {option} out"
+                )
+            checks.output_file(option, value, new_folders=True)
+            made.update(checks.missing_folders(Path(value).expanduser().parent))
+        else:
+            checks.output_dir(option, value, empty=kind == "folder", why_empty=ONE_RUN)
+            made.update(checks.missing_folders(value))
+    return sorted(made, key=lambda folder: len(folder.parts), reverse=True)
+
+
+def check_bytes_fit(what: str, needed: int, device: Any = "cpu") -> None:
+    """Refuse, before it is allocated, work that needs more memory than `device` has free (`needed` bytes,
+    counted from the options); a ValueError naming `what`."""
+    import torch
+
+    free = machine.available_bytes(device)
+    if free is not None and needed > free:
+        raise ValueError(
+            f"{what} would take at least {needed / 1e9:.3g} GB, more than the {free / 1e9:.3g} GB of memory "
+            f"free on {torch.device(device).type}; make it smaller"
+        )
 
 
 class TrainingRun:
@@ -81,8 +130,23 @@ class TrainingRun:
 
 
 def require_folder(option: str, value: str, hint: str) -> Path:
-    """A local folder the stage reads (never a hub lookup); FileNotFoundError naming the path otherwise."""
+    """A local folder the stage reads (never a hub lookup); FileNotFoundError naming the path otherwise, and
+    a ValueError naming a file of it that is cut short or malformed (`checks.check_checkpoint_files`)."""
     path = Path(value).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"{option} {value!r}: no such folder ({path.resolve()}); {hint}")
+    checks.check_checkpoint_files(option, path)
     return path
+
+
+def check_base(option: str, value: str) -> None:
+    """A model the stage starts from, by name or folder: a folder's files are checked as `require_folder`
+    checks them (a name is the package's own model, or a hub id its loader resolves)."""
+    if Path(value).expanduser().is_dir():
+        checks.check_checkpoint_files(option, value)
+
+
+def uses_bf16(requested: bool, device: Any) -> bool:
+    """bfloat16 autocast where the stage's `--bf16` asks for it and `device` runs bfloat16 natively
+    (`arjet.machine.bfloat16_is_fast`); elsewhere float32, which is then the faster of the two."""
+    return requested and machine.bfloat16_is_fast(device)

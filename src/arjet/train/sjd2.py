@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import checks
 from ..session import Prefix
 from ..session.noise import NoiseConditioning
 from .configs import SJD2TrainConfig
 from .processes import Processes
-from .scaffold import TrainingRun
+from .scaffold import TrainingRun, check_base, check_outputs, uses_bf16
 from .schedule import warmup_cosine
 from .sequence import code_loss, teacher_forced_logits
 
@@ -73,12 +74,10 @@ class CodeData:
             self.prompts, self.codes = self._encode_jsonl(Path(config.data))
 
     def _encode_jsonl(self, path: Path) -> tuple[list[str], torch.Tensor]:
-        import PIL.Image
-
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if not records:
-            raise ValueError(f"{path} holds no records; each line must be {{'prompt': ..., 'image': path}}")
         from ..data import to_tensor
+        from ..eval.images import MODEL_IMAGE_PIXELS, read_image
+
+        records = read_data_records(path)
 
         tokenizer = self.pipe.image_tokenizer
         height, width = self.pipe.default_size()
@@ -97,13 +96,13 @@ class CodeData:
             return self._sample(records, path)
         codes = []
         for record in records:
-            with PIL.Image.open(path.parent / record["image"]) as image:
-                if image.size != (width, height):
-                    raise ValueError(
-                        f"{record['image']} is {image.width}x{image.height}; this model is fine-tuned on "
-                        f"{width}x{height} images (width x height): resize the data set first"
-                    )
-                pixels = to_tensor(image)[None]
+            try:  # the size from the file's header, before a pixel is decoded
+                image = read_image(path.parent / str(record["image"]), MODEL_IMAGE_PIXELS, (width, height))
+            except ValueError as error:
+                raise ValueError(
+                    f"{error}; this model is fine-tuned on {width} x {height} images: resize the data set first"
+                ) from None
+            pixels = to_tensor(image)[None]
             codes.append(tokenizer.encode(pixels.to(self.pipe.device)).flatten(1).cpu())
         return [r["prompt"] for r in records], torch.cat(codes)
 
@@ -156,18 +155,36 @@ class CodeData:
         return Prefix(ids, visible, prefix.pad[:half]), codes, _to(preview, ids.device)
 
 
+def read_data_records(path: Path) -> list[dict]:
+    """The records of a JSON-lines data set (blank lines skipped); ValueError naming the file for a line that
+    is not a JSON object, or a file without records."""
+    records = checks.read_json_lines(path)
+    for record in records:
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: a record is not a JSON object, got {str(record)[:80]}")
+    if not records:
+        raise ValueError(f"{path} holds no records; each line must be {{'prompt': ..., 'image': path}}")
+    return records
+
+
 def train_sjd2(config: SJD2TrainConfig) -> Path:
-    from accelerate import Accelerator
+    from accelerate import Accelerator, PartialState
 
     from ..pipelines import ARPipeline
 
-    if config.data != "shapes" and not Path(config.data).expanduser().is_file():
-        raise FileNotFoundError(
-            f"--data {config.data!r}: no such file; pass a JSON-lines file of prompt / image records, or 'shapes'"
-        )
+    check_outputs(config)
+    check_base("--base", config.base)
+    if config.data != "shapes":
+        if not Path(config.data).expanduser().is_file():
+            raise FileNotFoundError(
+                f"--data {config.data!r}: no such file; pass a JSON-lines file of prompt / image records, or "
+                "'shapes'"
+            )
+        read_data_records(Path(config.data).expanduser())  # a bad file fails before the model loads
     # the base first: a folder refused here has started nothing (Accelerate's state is set once per process)
     pipe = ARPipeline.from_pretrained(config.base, dtype=torch.float32)
-    accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+    bf16 = uses_bf16(config.bf16, PartialState().device)
+    accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no")
     run = TrainingRun(config, "sjd2", show=accelerator.is_main_process)
     pipe = pipe.to(accelerator.device)
     pipe.set_progress_bar_config(disable=True)

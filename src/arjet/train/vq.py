@@ -20,7 +20,7 @@ from transformers import JanusVQVAE, JanusVQVAEConfig
 from ..machine import check_fits_in_memory, end_with_parent
 from ..pipelines.components import load_component
 from .configs import VQTrainConfig, integer_list
-from .scaffold import TRAINING_COPIES, TrainingRun
+from .scaffold import TRAINING_COPIES, TrainingRun, check_bytes_fit, check_outputs
 
 
 def build_vq(config: VQTrainConfig) -> JanusVQVAE:
@@ -95,10 +95,37 @@ def _batches(config: VQTrainConfig):
     yield from loader
 
 
-def train_vq(config: VQTrainConfig) -> Path:
+def check_vq_fits(config: VQTrainConfig) -> None:
+    """Refuse, before anything is allocated, options whose training would not fit in memory: the VQ with
+    its gradients and Adam's moments, a step's images and the feature maps at full resolution (on the
+    training device), and the renders (on the CPU: each worker draws one image at a time)."""
+    from ..data import render_bytes
+
     check_fits_in_memory(
         "the VQ of these options", lambda: build_vq(config), copies=TRAINING_COPIES, device=config.device
     )
+    check_bytes_fit(
+        f"a step of --batch-size {config.batch_size} images of --image-size {config.image_size}",
+        step_bytes(config),
+        config.device,
+    )
+    check_bytes_fit(
+        f"rendering images of --image-size {config.image_size} in {max(1, config.workers)} process(es)",
+        max(1, config.workers) * render_bytes(config.image_size),
+    )
+
+
+def step_bytes(config: VQTrainConfig) -> int:
+    """What one training step holds at least, in bytes: the batch and its reconstruction, and the feature
+    maps of the first encoder and last decoder layer at full resolution (float32; the layers between
+    hold more, so this never refuses a step that fits)."""
+    first = config.base_channels * integer_list("channel_multiplier", config.channel_multiplier)[0]
+    return 4 * config.batch_size * config.image_size**2 * (2 * 3 + 2 * first)
+
+
+def train_vq(config: VQTrainConfig) -> Path:
+    check_outputs(config)
+    check_vq_fits(config)
     run = TrainingRun(config, "vq")
     vq = build_vq(config).to(config.device).train()
     optimizer = torch.optim.Adam(vq.parameters(), lr=config.lr, betas=(0.9, 0.99))

@@ -56,6 +56,11 @@ def read_vqgan_config(path: str | Path) -> dict[str, Any]:
             data = yaml.safe_load(file)
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a YAML file ({str(error).splitlines()[0]})") from None
+    except RecursionError:  # PyYAML reads nested blocks recursively
+        raise ValueError(
+            f"{path} nests deeper than a YAML reader can follow, which no VQGAN config does; pass the "
+            "checkpoint's vqgan.yaml"
+        ) from None
     try:
         params = data["model"]["params"]
         ddconfig = params["ddconfig"]

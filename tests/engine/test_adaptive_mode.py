@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from arjet.engine import Engine
-from arjet.engine.cost import CostModel
+from arjet.pipelines.adaptive import CostModel
 from arjet.samplers import LogitsPolicy, speculative
 from arjet.testing import tiny_pipeline
 

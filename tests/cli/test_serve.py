@@ -1,0 +1,115 @@
+"""`arjet serve`: the API key from the environment or a file (`--api-key` still works, with a warning that
+`ps` shows it), checked before any model loads; the engines warmed up before the server listens."""
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from arjet import builtin
+from arjet.cli import main
+from arjet.cli.serve import API_KEY_VARIABLE
+from arjet.engine import Engine
+from arjet.testing import tiny_pipeline
+
+from ports import free_port
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """`arjet serve` with a tiny model and no listening: records the app it would serve and the order of
+    warm-up and listening."""
+    events = []
+    pipe = tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0)
+    monkeypatch.setattr(builtin, "load_model", lambda source, device=None: pipe)
+    monkeypatch.setattr(Engine, "warm_up", lambda self, *a, **k: events.append("warm_up"))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: events.append(app))
+    monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    return events
+
+
+def _serve(*arguments: str) -> int:
+    return main(["serve", "--port", str(free_port()), *arguments])
+
+
+def _authorised(app, key: str | None) -> int:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    return TestClient(app).get("/v1/models", headers=headers).status_code
+
+
+def test_the_key_comes_from_the_environment(started, monkeypatch, capsys):
+    monkeypatch.setenv(API_KEY_VARIABLE, "sesame\n")
+    assert _serve() == 0
+    warmed, app = started
+    assert warmed == "warm_up"  # before it listens
+    assert (
+        _authorised(app, None) == 401
+        and _authorised(app, "wrong") == 401
+        and _authorised(app, "sesame") == 200
+    )
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_key_comes_from_a_file(started, tmp_path, monkeypatch):
+    monkeypatch.setenv(API_KEY_VARIABLE, "from-the-environment")
+    (tmp_path / "key").write_text("from-the-file\nignored\n")
+    assert _serve("--api-key-file", str(tmp_path / "key")) == 0
+    app = started[-1]
+    assert _authorised(app, "from-the-file") == 200 and _authorised(app, "from-the-environment") == 401
+
+
+def test_a_key_on_the_command_line_works_with_a_warning(started, capsys):
+    assert _serve("--api-key", "sesame") == 0
+    assert _authorised(started[-1], "sesame") == 200
+    error = capsys.readouterr().err
+    assert error.startswith(
+        "arjet serve: warning: --api-key shows the key to every user of this machine (in `ps`)"
+    )
+
+
+def test_no_key_leaves_the_routes_open(started):
+    assert _serve() == 0
+    assert _authorised(started[-1], None) == 200
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "message"),
+    [
+        (["--api-key", " "], None, "the API key from --api-key is empty"),
+        ([], " ", f"the API key from {API_KEY_VARIABLE} is empty"),
+        (["--api-key-file", "{empty}"], None, "the API key from --api-key-file .* is empty"),
+        (["--api-key-file", "{missing}"], None, "No such file or directory: .*missing"),
+        (["--api-key-file", "{empty}", "--api-key", "k"], None, "--api-key-file or --api-key, not both"),
+    ],
+)
+def test_a_bad_key_is_refused_before_any_model_loads(
+    arguments, environment, message, tmp_path, monkeypatch, capsys
+):
+    import re
+
+    monkeypatch.setattr(builtin, "load_model", lambda *a, **k: pytest.fail("loaded a model first"))
+    if environment is None:
+        monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(API_KEY_VARIABLE, environment)
+    (tmp_path / "empty").write_text("\n")
+    paths = {"empty": str(tmp_path / "empty"), "missing": str(tmp_path / "missing")}
+    assert _serve(*[argument.format(**paths) for argument in arguments]) == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith("arjet serve: error: ") and re.search(message, error), error
+
+
+def test_a_model_folder_with_a_file_cut_short_is_refused_in_one_line_before_any_model_loads(
+    tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    monkeypatch.setattr(builtin, "load_model", lambda *a, **k: pytest.fail("loaded a model first"))
+    shutil.copytree(builtin.assets_dir() / "shapes", tmp_path / "cut")
+    weights = tmp_path / "cut" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert _serve("--model", "shapes", "--model", str(tmp_path / "cut"), "--device", "cpu") == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"arjet serve: error: --model '{tmp_path / 'cut'}': {weights} is not a readable safetensors file"
+    )
+    assert error.count("\n") == 1
