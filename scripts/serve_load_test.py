@@ -4,16 +4,20 @@
     python scripts/serve_load_test.py --requests 200 --clients 16 --lanes 8 --max-queue 16 --check 200
 
 Starts `arjet serve` (the built-in model) in a process of its own, sends every request once (request `i`
-with seed `i`), and reports: answers by kind (image or 429; nothing else may come back), none lost or
-duplicated, images equal to their solo decode (`pipe(prompt, seed=i)`, for the first `--check` of them),
+with seed `i`), and reports: answers by kind (an image; 429, refused at once; 504, admitted but out of time:
+the admission's misestimates) and how long each kind took, none lost or duplicated, images equal to their solo decode (`pipe(prompt, seed=i)`, for the first `--check` of them),
 requests per second, p50 / p95 latency of the served ones, and the server's peak resident memory. A client
 that disconnects mid-decode (every 10th request, with a short timeout) must not stop the server.
+The issue-33 burst (the server's defaults, 320 requests 160 at a time, on a busy CPU):
+
+    python scripts/serve_load_test.py --requests 320 --clients 160 --max-queue 64 --no-disconnects --check 0
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import io
 import os
 import socket
@@ -54,6 +58,11 @@ def main() -> int:
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--max-queue", type=int, default=16)
     parser.add_argument("--sampler", default="mc-sjd")
+    parser.add_argument(
+        "--time-limit", type=float, default=None, help="the server's --time-limit (its default)"
+    )
+    parser.add_argument("--disconnects", action=argparse.BooleanOptionalAction, default=True,
+                        help="every 10th client gives up mid-decode")  # fmt: skip
     parser.add_argument("--check", type=int, default=50, help="compare this many images with solo decodes")
     parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads of the server and of the solo decodes (default 1)"
@@ -63,10 +72,9 @@ def main() -> int:
     port = free_port()
     command = [sys.executable, "-m", "arjet", "serve", "--port", str(port), "--lanes", str(args.lanes),
                "--max-queue", str(args.max_queue)]  # fmt: skip
-    command += [
-        "--threads",
-        str(args.threads),
-    ]  # floats, so images, are bit-equal only at equal thread counts
+    command += ["--threads", str(args.threads)]  # floats, so images, are bit-equal only at equal threads
+    if args.time_limit is not None:
+        command += ["--time-limit", str(args.time_limit)]
     server = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
@@ -79,13 +87,14 @@ def main() -> int:
                 time.sleep(0.2)
         answers: dict[int, object] = {}
         latencies: list[float] = []
+        waits: dict[int, list[float]] = collections.defaultdict(list)
         duplicates: list[int] = []
         lock = threading.Lock()
 
         def client(ids):
             api = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
             for request_id in ids:
-                if request_id % 10 == 9:  # a client that gives up mid-decode
+                if args.disconnects and request_id % 10 == 9:  # a client that gives up mid-decode
                     try:
                         httpx.post(f"{url}/v1/images/generations", json={"prompt": PROMPT, "seed": request_id,
                                    "sampler": args.sampler}, timeout=0.05)  # fmt: skip
@@ -104,8 +113,12 @@ def main() -> int:
                         answer = out.data[0].b64_json
                         with lock:
                             latencies.append(time.perf_counter() - start)
-                    except openai.RateLimitError:
-                        answer = 429
+                    except (
+                        openai.APIStatusError
+                    ) as error:  # 429 (refused at once), 504 (ran out of time), ...
+                        answer = error.status_code
+                        with lock:
+                            waits[error.status_code].append(time.perf_counter() - start)
                 with lock:
                     if request_id in answers:
                         duplicates.append(request_id)
@@ -128,12 +141,15 @@ def main() -> int:
     images = {i: a for i, a in answers.items() if isinstance(a, str) and len(a) > 100}
     kinds = {
         "image": len(images),
-        "429": sum(a == 429 for a in answers.values()),
+        **{str(code): len(waits[code]) for code in sorted(waits)},
         "disconnected": sum(a == "disconnected" for a in answers.values()),
         "finished before the disconnect": sum(
             a == "finished before the disconnect" for a in answers.values()
         ),
     }
+    for code in sorted(waits):
+        print(f"{code}: answered after a median of {statistics.median(waits[code]):.2f} s, "
+              f"the longest {max(waits[code]):.2f} s")  # fmt: skip
     lost = sorted(set(range(args.requests)) - set(answers))
     print(f"{args.requests} requests from {args.clients} clients in {seconds:.1f} s: {kinds}")
     print(f"lost: {lost or 'none'}; answered twice: {duplicates or 'none'}; server after: {alive['status']}")

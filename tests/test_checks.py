@@ -69,6 +69,27 @@ def test_numbers_in_ascii_are_read(text, value):
     assert checks.number_from_text(text) == value
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" * 900_000 + "x",
+        "1" * 450_000 + "." + "1" * 450_000 + "x",
+        "1" * 450_000 + "e" + "1" * 450_000 + "x",
+    ],
+)
+def test_a_long_run_of_digits_that_ends_badly_is_refused_without_backtracking(text):
+    """Digits matched by two adjacent repeats (`[0-9]+\\.?[0-9]*`) backtrack over every split of the run: this
+    would take hours for 900,000 digits (a sampler spec in a request body); it returns at once."""
+    assert math.isnan(checks.number_from_text(text))
+
+
+def test_shown_quotes_a_value_cut_to_a_short_excerpt():
+    assert checks.shown("sjd") == "'sjd'" and checks.shown([1, 2]) == "[1, 2]"
+    long = checks.shown("a" * 900_000 + "z")
+    assert len(long) < 70 and long.startswith("'aaa") and long.endswith("az'") and "..." in long
+    assert len(checks.shown([[["x" * 1000] * 1000] * 1000])) < 100
+
+
 def test_cuda_devices_must_exist_here():
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ValueError, match="device 'cuda:99'"):

@@ -12,6 +12,7 @@ import itertools
 import math
 import os
 import re
+import reprlib
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,22 @@ def is_integer(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """An `int` or `float` that is not a `bool`."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlist, short.maxdict = 2, 60, 60, 4, 4
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
+def shown(value: Any) -> str:
+    """`value` as an error message quotes it (its repr), short however long or deeply nested it is: text
+    and other values cut to 60 characters around a `...`, 4 items of a list or dict, 2 levels. A message
+    that echoes what a user sent (a request field, a sampler spec) stays a line, not the size of the input."""
+    return _SHORT_REPR.repr(value)
 
 
 def _show(value: float) -> str:
@@ -144,10 +161,12 @@ def text(name: str, value: str) -> str:
 
 # -- numbers written as text ------------------------------------------------------------------------
 # ASCII only: Python's int() and float() also take "1_6" and other scripts' digits ("８"), which no one
-# types on purpose into a command line or a sampler spec
+# types on purpose into a command line or a sampler spec. Each pattern splits a text one way only, so a
+# match fails in time linear in the text (digits in two adjacent repeats, as `[0-9]+\.?[0-9]*`, take
+# quadratic time on a long run of digits that ends badly: hours for the 900,000 a request body holds)
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 _NUMBER_TEXT = re.compile(
-    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE
+    r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE
 )
 
 

@@ -113,7 +113,7 @@ def tiny_drafter(pipe, seed: int = 0, *, block: str = "llama", fc_scale: float =
     multiplies the fusion's weights (larger: drafts further from uniform)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        drafter = Drafter.for_adapter(pipe.session_adapter(), block=block)
+        drafter = Drafter.for_adapter(pipe.session_adapter(), block=block, device=pipe.device)
     _scale_(drafter.fc.weight, fc_scale)
     if pipe.dtype != torch.float32:
         drafter = drafter.to(pipe.dtype)

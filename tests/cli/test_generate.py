@@ -201,3 +201,19 @@ def test_several_images_print_what_each_cost(saved, tmp_path, capsys):
 )
 def test_compile_choices_are_the_pipelines_compile_values(choice, value):
     assert compile_argument(argparse.Namespace(compile=choice, device="cuda")) == value
+
+
+def test_a_folder_whose_drafter_does_not_fit_the_model_is_refused_in_one_line(tmp_path, capsys):
+    from arjet.session.drafter import Drafter
+    from arjet.testing import tiny_drafter
+
+    folder, out = tmp_path / "model", tmp_path / "x.png"
+    tiny_drafter(tiny_pipeline("janus", grid=(3, 3))).save_pretrained(folder)
+    Drafter(hidden_size=16, intermediate_size=32, num_attention_heads=2).save_pretrained(folder / "drafter")
+    capsys.readouterr()  # the saving's progress bars
+    argv = ["generate", PROMPT, "--model", str(folder), "--sampler", "eagle", "--out", str(out)]
+    assert cli.main([*argv, "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arjet generate: error: ") and error.count("\n") == 1, error
+    assert "the drafter has hidden_size=16, but this model's hidden states are 32 wide" in error
+    assert not out.exists()

@@ -113,3 +113,56 @@ def test_a_model_folder_with_a_file_cut_short_is_refused_in_one_line_before_any_
         f"arjet serve: error: --model '{tmp_path / 'cut'}': {weights} is not a readable safetensors file"
     )
     assert error.count("\n") == 1
+
+
+def _fifo(folder) -> str:
+    import os
+
+    os.mkfifo(folder / "fifo")
+    return str(folder / "fifo")
+
+
+def _written(folder, name: str, data: bytes) -> str:
+    (folder / name).write_bytes(data)
+    return str(folder / name)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda folder: "/dev/zero", "--api-key-file /dev/zero is not a regular file"),
+        (_fifo, "--api-key-file .*fifo is not a regular file"),
+        (
+            lambda folder: _written(folder, "latin1", b"\xffkey\n"),
+            "--api-key-file .*latin1 is not UTF-8 text \\(the byte 0xff at offset 0\\)",
+        ),
+        (
+            lambda folder: _written(folder, "long", b"k" * 5000),
+            "--api-key-file .*long is larger than 4,096 bytes",
+        ),
+    ],
+    ids=["device", "fifo", "not-utf8", "too-long"],
+)
+def test_a_key_file_that_is_no_plain_short_text_file_is_refused_at_once(
+    make, message, tmp_path, monkeypatch, capsys
+):
+    """/dev/zero would be read until memory runs out and a FIFO would block the start: both are refused
+    before they are opened; a file that is not UTF-8 or is longer than any key is refused naming the option
+    and the file."""
+    import re
+
+    monkeypatch.setattr(builtin, "load_model", lambda *a, **k: pytest.fail("loaded a model first"))
+    monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    assert _serve("--api-key-file", make(tmp_path)) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("arjet serve: error: ")
+    assert re.search(message, error), error
+
+
+def test_a_key_file_of_exactly_the_bound_is_read(started, tmp_path):
+    from arjet.cli.serve import MAX_KEY_FILE_BYTES
+
+    key = "k" * 100
+    (tmp_path / "key").write_text(key + "\n" + "#" * (MAX_KEY_FILE_BYTES - len(key) - 1))
+    assert _serve("--api-key-file", str(tmp_path / "key")) == 0
+    assert _authorised(started[-1], key) == 200

@@ -376,3 +376,34 @@ def test_a_bad_image_in_a_run_is_named_when_the_run_resumes(
     assert line.startswith(f"arjet eval: error: {image} {reason}")
     assert line.endswith("; remove it with its record, or pass a new --out")
     assert "Traceback" not in error and (out / "metrics.json").read_bytes() == metrics
+
+
+def _snapshot(folder) -> dict[str, tuple[bytes, int] | None]:
+    """Every entry under `folder`: a file's bytes and modification time, a folder as None."""
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+        if path.is_file()
+        else None
+        for path in sorted(folder.rglob("*"))
+    }
+
+
+def test_an_image_whose_data_is_cut_off_is_refused_before_the_model_loads(
+    model, finished, tmp_path, capsys, no_model_load
+):
+    """Its header is intact (PIL opens it and reports its size), only its pixel data is cut off: the resumed
+    run decodes every recorded image before the model loads, so it is refused by name there, and nothing
+    in the run folder changes (records.jsonl is not rewritten)."""
+    out = _copy(finished, tmp_path)
+    image = out / "images" / "ar" / "1_0.png"
+    data = image.read_bytes()
+    image.write_bytes(data[: len(data) // 2])
+    with PIL.Image.open(image) as opened:
+        assert opened.size == (8, 8)  # the header alone passes
+    before = _snapshot(out)
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    (line,) = [line for line in error.splitlines() if line.startswith("arjet eval: error: ")]
+    assert line.startswith(f"arjet eval: error: {image} is not an image arjet can read (")
+    assert "truncated" in line and "Traceback" not in error
+    assert _snapshot(out) == before

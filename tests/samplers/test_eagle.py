@@ -63,6 +63,9 @@ def test_a_dynamic_tree_expands_no_more_nodes_than_the_root_has_children():
 def test_a_tree_larger_than_the_window_is_refused():
     with pytest.raises(ValueError, match="tree of 13 nodes, more than window=8"):
         get("eagle:window=8")
+    huge = r"of 1,257,589,881,178,799,009,421,332,545 nodes, .*; use a smaller tree$"  # no window suggested
+    with pytest.raises(ValueError, match=huge):
+        get("lantern++:drafter=true,tree_width=64,tree_depth=16")
 
 
 @pytest.mark.parametrize("sampler", ["eagle", "eagle2", "lantern:drafter=true", "lantern++:drafter=true"])

@@ -38,6 +38,15 @@ DRAWS = 200_000
             r"tree_width=3, tree_depth=3 make a tree of 13 nodes, more than window=12; use window >= 13",
         ),
         (dict(window=64, tree_width=4, tree_depth=4), "a tree of 85 nodes"),
+        (
+            dict(window=64, tree_width=4, tree_depth=7),
+            "a tree of 5,461 nodes, .*; use window >= 5,461 or a smaller",
+        ),
+        (  # no window can hold it: only a smaller tree is suggested
+            dict(window=64, tree_width=64, tree_depth=16),
+            r"a tree of 1,257,589,881,178,799,009,421,332,545 nodes, more than window=64; a window holds at most "
+            r"16,384; use a smaller tree$",
+        ),
     ],
 )
 def test_bad_options_are_refused_naming_the_value(kwargs, message):

@@ -208,6 +208,24 @@ def test_hostile_bodies_get_json_errors_never_a_500(pipe):
     assert len(after.data) == 1
 
 
+@pytest.mark.parametrize(
+    "sampler",
+    ["x" * 900_000, "sjd:init=" + "x" * 900_000, "lantern:delta=" + "1" * 900_000 + "x"],
+    ids=["name", "value", "number"],
+)
+def test_a_long_sampler_spec_gets_a_short_400(pipe, sampler):
+    """The spec's errors quote an excerpt of it, as every other field's do: the body stays small whatever
+    the request holds (and a run of digits is refused at once, the server going on)."""
+    with serving(pipe) as (url, engine):
+        response = httpx.post(
+            f"{url}/v1/images/generations", json={"prompt": "a", "sampler": sampler}, timeout=60
+        )
+        after = _client(url).images.generate(model="tiny", prompt="star", response_format="b64_json")
+        assert engine.queued == 0
+    assert response.status_code == 400 and len(response.content) < 500, len(response.content)
+    assert "..." in response.json()["error"]["message"] and len(after.data) == 1
+
+
 def test_more_images_than_the_queue_holds_is_a_400_not_a_429_forever(pipe):
     with serving(pipe, max_queue=4) as (url, engine):
         response = httpx.post(f"{url}/v1/images/generations", json={"prompt": "a", "n": 5}, timeout=30)

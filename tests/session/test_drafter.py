@@ -1,4 +1,5 @@
-"""The drafter component: its shapes and weights' names, and its save / load round trip in a pipeline."""
+"""The drafter component: its shapes and weights' names, its save / load round trip in a pipeline, and the
+checks that refuse a drafter with weights that are not finite or of another model's width."""
 
 import json
 
@@ -145,3 +146,64 @@ def test_a_pipeline_saves_and_loads_its_drafter(family, tmp_path):
         assert torch.equal(loaded.drafter.state_dict()[key], value), key
     options = dict(sampler="eagle:window=6,tree_width=2,tree_depth=2", seed=5, output_type="latent")
     assert torch.equal(pipe("a red circle", **options).codes, loaded("a red circle", **options).codes)
+
+
+def test_from_pretrained_refuses_weights_that_are_not_finite(tmp_path):
+    drafter = Drafter(hidden_size=16, intermediate_size=24, num_attention_heads=2)
+    with torch.no_grad():
+        drafter.layers[0].mlp.up_proj.weight[3, 5] = float("inf")
+    drafter.save_pretrained(tmp_path / "drafter")
+    message = (
+        r"the weights of the drafter in .*drafter are not finite: layers\.0\.mlp\.up_proj\.weight holds "
+        r"1 NaN or infinite value\(s\) of 384; the checkpoint is corrupt"
+    )
+    with pytest.raises(ValueError, match=message) as error:
+        Drafter.from_pretrained(tmp_path / "drafter")
+    assert "\n" not in str(error.value)
+    with torch.no_grad():
+        drafter.layers[0].mlp.up_proj.weight[3, 5] = 0.0  # the control: the same drafter, finite
+    drafter.save_pretrained(tmp_path / "drafter")
+    assert torch.equal(Drafter.from_pretrained(tmp_path / "drafter").fc.weight, drafter.fc.weight)
+
+
+def _narrower(pipe) -> Drafter:
+    """A drafter half as wide as `pipe`'s model (one trained for another model)."""
+    width = Drafter.target_width(pipe.session_adapter())
+    return Drafter(hidden_size=width // 2, intermediate_size=width, num_attention_heads=2)
+
+
+def _other_width_message(pipe) -> str:
+    width = Drafter.target_width(pipe.session_adapter())
+    return f"the drafter has hidden_size={width // 2}, but this model's hidden states are {width} wide"
+
+
+def test_register_modules_refuses_a_drafter_of_another_width(family):
+    pipe = tiny_pipeline(family)
+    with pytest.raises(ValueError, match=_other_width_message(pipe)) as error:
+        pipe.register_modules(drafter=_narrower(pipe))
+    assert pipe.drafter is None and "drafter" not in pipe.capabilities() and "\n" not in str(error.value)
+    assert tiny_drafter(pipe).drafter is not None  # the control: a drafter of its width registers
+
+
+def test_a_folder_whose_drafter_has_another_width_is_refused_on_loading(tmp_path):
+    pipe = tiny_drafter(tiny_pipeline("janus"))
+    pipe.save_pretrained(tmp_path)
+    _narrower(pipe).save_pretrained(tmp_path / "drafter")
+    with pytest.raises(ValueError, match=_other_width_message(pipe)):
+        type(pipe).from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("sampler", ["eagle", "eagle2", "lantern:drafter=true", "lantern++:drafter=true"])
+def test_a_drafter_of_another_width_set_directly_is_refused_before_any_model_work(sampler, monkeypatch):
+    """`pipe.drafter = ...` skips `register_modules`; the samplers that use the drafter check it per call."""
+    pipe = tiny_pipeline("janus", grid=(2, 2))
+    pipe.drafter = _narrower(pipe)
+    monkeypatch.setattr(pipe, "encode_prompts", lambda *a, **k: pytest.fail("model work before the check"))
+    with pytest.raises(ValueError, match=_other_width_message(pipe)):
+        pipe("a red circle", sampler=sampler)
+    monkeypatch.undo()
+    assert pipe("a red circle", sampler="sjd", output_type="latent").codes.shape == (
+        1,
+        2,
+        2,
+    )  # no drafter used

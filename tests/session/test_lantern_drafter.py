@@ -68,12 +68,18 @@ def test_a_layout_that_does_not_match_is_named(tmp_path):
          "the LANTERN drafter config .*config.json describes a model of .* that would take"),
         ('{"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 5}',
          "the LANTERN drafter config .*config.json does not describe a model that can be built"),
-        ('{"hidden_size": 32}', "lacks a usable 'intermediate_size'"),
+        ('{"hidden_size": 32}', "the drafter's config.json has no intermediate_size; pass the folder"),
+        ('{"hidden_size": "abc", "intermediate_size": 48, "num_attention_heads": 4}',
+         "the drafter's config.json has hidden_size='abc', which is not an integer > 0; pass the folder"),
+        ('{"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "rope_theta": -1}',
+         "the drafter's config.json has rope_theta=-1, which is not a finite number > 0"),
         ("[" * 100_000, "config.json holds JSON nested deeper than 64 levels"),
         ("[32, 48]", "config.json is not a JSON object"),
         (b"\xff{}", "config.json is not UTF-8 text"),
     ],
-    ids=["too-large", "no-model", "no-sizes", "nested", "not-an-object", "not-utf8"],
+    ids=[
+        "too-large", "no-model", "no-sizes", "not-an-integer", "not-positive", "nested", "not-an-object", "not-utf8"
+    ],
 )  # fmt: skip
 def test_a_config_is_refused_before_the_weights_are_read(config, message, tmp_path, monkeypatch):
     import arjet.session.lantern_drafter as lantern
@@ -84,3 +90,13 @@ def test_a_config_is_refused_before_the_weights_are_read(config, message, tmp_pa
     monkeypatch.setattr(lantern, "load_tensors", lambda *a, **k: pytest.fail("read the weights first"))
     with pytest.raises(ValueError, match=message):
         read_lantern_drafter(folder)
+
+
+def test_weights_that_are_not_finite_are_refused(tmp_path):
+    state = official_state()
+    state["module.fc.weight"][1, 2] = float("nan")
+    with pytest.raises(
+        ValueError, match=r"the weights in .*pytorch_model\.bin are not finite: fc\.weight holds 1 NaN"
+    ):
+        convert_lantern_drafter(official_folder(tmp_path / "nan", state), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

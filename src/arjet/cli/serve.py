@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,7 @@ one server per device (--device cuda:N) behind any HTTP load balancer.
 API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
 --api-key KEY works too, but every user of this machine sees it in `ps`."""
 API_KEY_VARIABLE = "ARJET_API_KEY"
+MAX_KEY_FILE_BYTES = 4096  # a key is a line of at most a few hundred characters
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,8 +116,9 @@ def read_api_key(args: argparse.Namespace, environment: Mapping[str, str]) -> st
     if args.api_key_file is not None and args.api_key is not None:
         raise ValueError("give the API key once: --api-key-file or --api-key, not both")
     if args.api_key_file is not None:
-        lines = args.api_key_file.read_text(encoding="utf-8").splitlines()
-        key, source = (lines[0].strip() if lines else ""), f"--api-key-file {args.api_key_file}"
+        source = f"--api-key-file {args.api_key_file}"
+        lines = read_key_file(args.api_key_file, source).splitlines()
+        key = lines[0].strip() if lines else ""
     elif args.api_key is not None:
         warnings.warn(
             f"--api-key shows the key to every user of this machine (in `ps`); set {API_KEY_VARIABLE} or use "
@@ -130,3 +133,25 @@ def read_api_key(args: argparse.Namespace, environment: Mapping[str, str]) -> st
     if not key:
         raise ValueError(f"the API key from {source} is empty")
     return key
+
+
+def read_key_file(path: Path, source: str) -> str:
+    """The text of the key file `path` (named `source` in errors): a regular file, checked before it is
+    opened (a FIFO would block the start, a device such as /dev/zero never end), of at most
+    `MAX_KEY_FILE_BYTES`, in UTF-8. OSError for a file that is missing or unreadable."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{source} is not a regular file; put the key on the first line of a plain file")
+    # non-blocking, in case the path became a FIFO since the check; the read is bounded in any case
+    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
+        data = file.read(MAX_KEY_FILE_BYTES + 1)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ValueError(
+            f"{source} is larger than {MAX_KEY_FILE_BYTES:,} bytes, which no API key needs; put the key alone "
+            "on the file's first line"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{source} is not UTF-8 text (the byte 0x{data[error.start]:02x} at offset {error.start})"
+        ) from None

@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,9 @@ class ClipSource:
         return f"local-dir:{self.path}" if self.kind == "folder" else self.name
 
     def check(self) -> None:
-        """Raise FileNotFoundError naming what to put where, or ValueError for a file that cannot be read or a
-        model too large for this machine's memory (built on the meta device first), before any weight is
-        read."""
+        """Raise FileNotFoundError naming what to put where, or ValueError for a file that cannot be read, a
+        model too large for this machine's memory (built on the meta device first, before any weight is
+        read), or weights that do not fit the architecture (loaded strictly into it on the meta device)."""
         if self.kind == "folder":
             self._check_folder()
         else:
@@ -72,6 +73,9 @@ class ClipSource:
         check_fits_in_memory(f"the CLIP {self.model_name}", lambda: _build(self.model_name, "meta"))
         if self.kind == "open_clip":  # read as tensors only: a pickle of other objects is refused, never run
             load_tensors(self.path, "open_clip weights", OPEN_CLIP_PROVIDE)
+        with warnings.catch_warnings():  # on the meta device the copy is a no-op, as intended here
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter")
+            _load_weights(_build(self.model_name, "meta"), self)  # names and shapes, strictly; no copy
 
     def _check_folder(self) -> None:
         missing = [f for f in (CONFIG_FILE, WEIGHTS_FILE) if not (self.path / f).is_file()]
@@ -194,15 +198,24 @@ def _load(source: ClipSource) -> OpenCLIP:
     """The model built from its config without weights, then given the checked weights file's tensors."""
     import open_clip
 
-    name = source.model_name
+    model = _load_weights(_build(source.model_name), source)
+    return OpenCLIP(model, open_clip.get_tokenizer(source.model_name), source.key)
+
+
+def _load_weights(model: torch.nn.Module, source: ClipSource) -> torch.nn.Module:
+    """`model` (built from `source`'s architecture) with the tensors of `source`'s weights file, strictly:
+    ValueError naming the file for tensors that do not fit."""
+    import open_clip
+
     weights = source.path / WEIGHTS_FILE if source.kind == "folder" else source.path
-    model = _build(name)
     try:
         open_clip.load_checkpoint(model, str(weights), weights_only=True)
     except Exception as error:  # pickle refusals, malformed files, tensors that do not fit the architecture
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"cannot load {weights} into {name} ({reason}); {OPEN_CLIP_PROVIDE}") from None
-    return OpenCLIP(model, open_clip.get_tokenizer(name), source.key)
+        raise ValueError(
+            f"cannot load {weights} into {source.model_name} ({reason}); {OPEN_CLIP_PROVIDE}"
+        ) from None
+    return model
 
 
 def _build(name: str, device: str = "cpu") -> torch.nn.Module:

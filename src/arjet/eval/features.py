@@ -12,8 +12,9 @@ reused across networks. Specs:
 - `open_clip:<model name>:<weights file>` — the image tower of any open_clip model.
 - `domain` / `domain:<folder>` — the image tower of the built-in domain CLIP (see `arjet.eval.clip`).
 
-`register_feature_scheme` adds a scheme: a `check(argument)` that raises on missing files without loading
-anything (run before any image is generated) and a `load(argument, device)`.
+`register_feature_scheme` adds a scheme: a `check(argument)`, run before any image is generated, that raises
+for anything that would fail the load later (a missing file, another network's weights) and a
+`load(argument, device)`.
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ def inception_state_dict(weights: Path) -> dict[str, torch.Tensor]:
 
 
 def _check_inception(argument: str) -> None:
-    """Before any image is generated: torch-fidelity is there and the weights file is tensors only."""
+    """Before any image is generated: torch-fidelity is there and the weights file holds the Inception
+    network's tensors (built once and dropped, about a second: the file is tensors only, and they load
+    strictly, so another network's weights are refused now, not after the run's decoding)."""
     if importlib.util.find_spec("torch_fidelity") is None:
         raise ValueError(
             "inception features need torch-fidelity (torchmetrics' InceptionV3): pip install torch-fidelity"
@@ -157,7 +160,7 @@ def _check_inception(argument: str) -> None:
             f"inception weights file {weights} not found: put {INCEPTION_FILE} (from {INCEPTION_URL}) there, "
             f"or pass inception:<path> / set {INCEPTION_VARIABLE}"
         )
-    inception_state_dict(weights)
+    InceptionFeatures(weights)
 
 
 def _clip_scheme(scheme: str, usage: str) -> FeatureScheme:

@@ -8,8 +8,10 @@ out of memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import PIL.Image
@@ -26,23 +28,29 @@ def read_image(
 ) -> PIL.Image.Image:
     """The image in `path` as RGB, decoded only after its header says it has at most `max_pixels` pixels
     (and, when `size` is given, exactly that width x height); ValueError naming the file otherwise."""
-    path = Path(path)
+    with _decoded(Path(path), max_pixels, size) as image:
+        return image.convert("RGB")
+
+
+def check_image(
+    path: str | os.PathLike, max_pixels: int, size: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """`read_image`'s checks, every pixel decoded (a file whose header is intact but whose data is cut off
+    fails only there) and none kept: its (width, height)."""
+    with _decoded(Path(path), max_pixels, size) as image:
+        return image.size
+
+
+@contextlib.contextmanager
+def _decoded(path: Path, max_pixels: int, size: tuple[int, int] | None) -> Iterator[PIL.Image.Image]:
+    """The image in `path`, its header checked before its pixels are decoded (`load`)."""
     with _opened(path, max_pixels) as image:
         _check_size(path, image.size, max_pixels, size)
         try:
-            return image.convert("RGB")
+            image.load()
         except (OSError, ValueError, SyntaxError) as error:  # cut short, a chunk that inflates too far
             raise _unreadable(path, error) from None
-
-
-def image_size(
-    path: str | os.PathLike, max_pixels: int, size: tuple[int, int] | None = None
-) -> tuple[int, int]:
-    """`read_image`'s checks from the file's header alone (no pixel decoded): its (width, height)."""
-    path = Path(path)
-    with _opened(path, max_pixels) as image:
-        _check_size(path, image.size, max_pixels, size)
-        return image.size
+        yield image
 
 
 def _opened(path: Path, max_pixels: int) -> PIL.Image.Image:

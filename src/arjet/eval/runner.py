@@ -128,7 +128,7 @@ def run_eval(
         resuming = check_out_dir(out, settings)  # every process checks, so all fail alike
         own = record_check(settings, prompts, folders)  # a foreign record fails here, before the model loads
         recorded = read_records(out, own)  # read by all before any process writes one
-        check_images(out, recorded)  # and their images, by their headers
+        check_images(out, recorded)  # and their images, each decoded
         done = {record_key(r) for r in recorded}
         pipe = _load_pipeline(settings, device or state.device)
         check_calls(pipe, settings, prompts, instances, batch_size)

@@ -18,7 +18,7 @@ import torch
 
 from .clip import load_clip, parse_clip_spec
 from .features import check_feature_spec, load_feature_network
-from .images import MODEL_IMAGE_PIXELS, image_size, read_image
+from .images import MODEL_IMAGE_PIXELS, check_image, read_image
 from .metrics import clip_scores, frechet_distance, reference_statistics
 from .reference import ReferenceSource
 from .speed import speed_summaries
@@ -93,12 +93,12 @@ def load_images(out: Path, records: Sequence[dict[str, Any]]) -> Iterator[PIL.Im
 
 
 def check_images(out: Path, records: Sequence[dict[str, Any]]) -> None:
-    """`load_images`' checks from each image's header alone (no pixel decoded): what a resumed run does
-    before any work, so an image swapped for another file fails the run before the model loads, not while
-    it is scored."""
+    """`load_images`' checks, every image decoded and none kept: what a resumed run does before any work, so
+    an image swapped for another file, or cut short, fails the run before the model loads, not while it is
+    scored."""
     size = None
     for record in records:
-        size = _run_image(image_size, out, record, size)
+        size = _run_image(check_image, out, record, size)
 
 
 def _run_image(read, out: Path, record: dict[str, Any], size: tuple[int, int] | None):

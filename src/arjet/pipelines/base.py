@@ -532,10 +532,12 @@ class BaseARPipeline(DiffusionPipeline):
         return offered
 
     def check_requirements(self, sampler: Sampler, label: str | None = None) -> None:
-        """Refuse a sampler that needs a capability this pipeline lacks (`arjet.samplers.requirements`)."""
+        """Refuse a sampler that needs a capability this pipeline lacks (`arjet.samplers.requirements`), or a
+        drafter that does not fit the model (`Drafter.check_target`)."""
         label = label or sampler_registry.label(sampler)
         offered = self.capabilities()
-        for capability, who in requirements(sampler).items():
+        needs = requirements(sampler)
+        for capability, who in needs.items():
             if capability in offered:
                 continue
             what = CAPABILITIES.get(capability, f"the capability {capability!r}")
@@ -544,6 +546,19 @@ class BaseARPipeline(DiffusionPipeline):
                 f"{user} {what}, and this {type(self).__name__} has none; choose a sampler that does not "
                 f"need {capability!r}"
             )
+        if "drafter" in needs:  # a drafter set as an attribute, or a model swapped, since it was registered
+            self.drafter.check_target(self.session_adapter(), self.device)
+
+    def register_modules(self, **modules: Any) -> None:
+        """diffusers' registration, with a drafter checked against the model first (`Drafter.check_target`:
+        a drafter of another model's width is refused here, on loading a folder and in
+        `pipe.register_modules(drafter=...)`, not in the middle of a decode)."""
+        if modules.get("drafter") is None:
+            return super().register_modules(**modules)
+        drafter = modules.pop("drafter")
+        super().register_modules(**modules)  # the model first (a family's `__init__` passes both)
+        drafter.check_target(self.session_adapter(), self.device)
+        super().register_modules(drafter=drafter)
 
     def checkpoint_guidance_scale(self) -> float:
         """The checkpoint's default CFG scale (its config may set one), else the family's (1: none)."""

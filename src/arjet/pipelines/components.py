@@ -66,19 +66,11 @@ def load_component(
 
 
 def check_finite(component: str, model_class: Any, folder: str | Path, model: Any) -> None:
-    """Refuse a model with a NaN or infinite weight (a corrupt or diverged checkpoint, which would decode
-    every code as 0), naming `component` and the first such tensor. One pass over the weights in place, a
-    reduction per tensor: far cheaper than reading them from disk was."""
-    import torch
+    """Refuse a model with a NaN or infinite weight (`weights.check_finite`), naming `component`, its class
+    and `folder`."""
+    from ..weights import check_finite as check_weights
 
-    for name, weight in model.named_parameters():
-        if weight.is_floating_point() and weight.device.type != "meta" and not torch.isfinite(weight).all():
-            bad = int((~torch.isfinite(weight)).sum())
-            raise ValueError(
-                f"the weights of component {component!r} ({model_class.__name__}) in {folder} are not finite: "
-                f"{name} holds {bad:,} NaN or infinite value(s) of {weight.numel():,}; the checkpoint is "
-                "corrupt or its training diverged. Load a checkpoint with finite weights"
-            )
+    check_weights(f"the weights of component {component!r} ({model_class.__name__}) in {folder}", model)
 
 
 @contextmanager

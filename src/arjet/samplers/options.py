@@ -52,12 +52,12 @@ class Option:
             return None
         if self.kind is bool:
             if text.lower() not in ("true", "false"):
-                raise ValueError(f"{label} must be true or false, got {text!r}")
+                raise ValueError(f"{label} must be true or false, got {checks.shown(text)}")
             return text.lower() == "true"
         if self.kind is int:
             value: Any = checks.integer_from_text(text)
             if value is None:
-                raise ValueError(f"{label} must be an integer{self._bounds()}, got {text!r}")
+                raise ValueError(f"{label} must be an integer{self._bounds()}, got {checks.shown(text)}")
         elif self.kind is float:
             value = checks.number_from_text(text)
         else:
@@ -72,16 +72,22 @@ class Option:
             return None
         if self.kind is str:
             if value not in self.choices:
-                raise ValueError(f"{label} must be one of {', '.join(self.choices)}; got {shown!r}")
+                raise ValueError(
+                    f"{label} must be one of {', '.join(self.choices)}; got {checks.shown(shown)}"
+                )
             return value
         if self.kind is bool:
             return checks.boolean(label, value)
         if self.kind is int:
             if not checks.is_integer(value) or not self._inside(value):
-                raise ValueError(f"{label} must be an integer{self._bounds()}, got {shown!r}{self._note()}")
+                raise ValueError(
+                    f"{label} must be an integer{self._bounds()}, got {checks.shown(shown)}{self._note()}"
+                )
             return value
         if not checks.is_number(value) or not checks.finite_within(value, self.minimum, self.maximum):
-            raise ValueError(f"{label} must be a finite number{self._bounds()}, got {shown!r}{self._note()}")
+            raise ValueError(
+                f"{label} must be a finite number{self._bounds()}, got {checks.shown(shown)}{self._note()}"
+            )
         return float(value)
 
     def _note(self) -> str:
@@ -135,15 +141,16 @@ def parse_options(text: str, schema: Sequence[Option] | None) -> dict[str, Any]:
     for item in text.split(","):
         key, equals, value = (part.strip() for part in item.partition("="))
         if not equals or not key:
-            raise ValueError(f"options look like 'key=value,key=value', got {text!r}")
-        if key in kwargs:
-            raise ValueError(f"option {key} is given twice in {text!r}; give it once")
+            raise ValueError(f"options look like 'key=value,key=value', got {checks.shown(text)}")
+        if key in kwargs:  # with a schema, a key seen before is a declared name (short)
+            name = key if known is not None else checks.shown(key)
+            raise ValueError(f"option {name} is given twice in {checks.shown(text)}; give it once")
         if known is None:
             kwargs[key] = _untyped(value)
             continue
         if key not in known:
             valid = ", ".join(known) if known else "none (it takes no options)"
-            raise ValueError(f"no option {key!r}; valid options: {valid}")
+            raise ValueError(f"no option {checks.shown(key)}; valid options: {valid}")
         kwargs[key] = known[key].parse(value)
     return kwargs
 

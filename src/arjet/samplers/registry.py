@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import checks
 from .ar import AR
 from .base import Sampler
 from .eagle import Eagle
@@ -59,7 +60,7 @@ def get(sampler: str | Sampler) -> Sampler:
     if not isinstance(sampler, str):
         if not isinstance(sampler, Sampler):
             raise ValueError(
-                f"sampler must be a name or an arjet.samplers.Sampler object, got {sampler!r}; "
+                f"sampler must be a name or an arjet.samplers.Sampler object, got {checks.shown(sampler)}; "
                 f"available names: {', '.join(available())}"
             )
         sampler.validate()
@@ -69,7 +70,9 @@ def get(sampler: str | Sampler) -> Sampler:
     entry = _entry(name)
     try:
         if colon and not arguments.strip():
-            raise ValueError(f"{sampler!r} has a colon but no options; write {name!r} or {name}:key=value")
+            raise ValueError(
+                f"{checks.shown(sampler)} has a colon but no options; write {name!r} or {name}:key=value"
+            )
         given = parse_options(arguments, entry.options) if arguments.strip() else {}
         defaults = {option.name: option.default for option in entry.options or ()}
         return entry.build(**(defaults | given))
@@ -89,7 +92,7 @@ def label(sampler: str | Sampler) -> str:
 
 def _entry(name: str) -> Entry:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown sampler {name!r}; available: {', '.join(available())}")
+        raise ValueError(f"unknown sampler {checks.shown(name)}; available: {', '.join(available())}")
     return _REGISTRY[name]
 
 

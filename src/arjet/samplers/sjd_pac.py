@@ -125,12 +125,17 @@ def check_width(width: int, vocab_size: int | None) -> None:
 
 
 def check_tree(width: int, depth: int, window: int) -> None:
-    """Refuse a tree that does not fit in the window."""
+    """Refuse a tree that does not fit in the window (suggesting a wider window only if one can hold it)."""
     nodes = tree_nodes(width, depth)
     if nodes > window:
+        fix = (
+            f"use window >= {nodes:,} or a smaller tree"
+            if nodes <= MAX_SIZE
+            else f"a window holds at most {MAX_SIZE:,}; use a smaller tree"
+        )
         raise ValueError(
-            f"tree_width={width}, tree_depth={depth} make a tree of {nodes} nodes, more than window={window}; "
-            f"use window >= {nodes} or a smaller tree"
+            f"tree_width={width}, tree_depth={depth} make a tree of {nodes:,} nodes, more than "
+            f"window={window}; {fix}"
         )
 
 

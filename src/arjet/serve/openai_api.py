@@ -25,7 +25,6 @@ import io
 import json
 import logging
 import math
-import reprlib
 import secrets
 import time
 from collections.abc import Mapping
@@ -46,13 +45,6 @@ ARJET_FIELDS = {"sampler", "seed", "guidance_scale", "temperature", "top_k", "to
 NUMBER_FIELDS = ("guidance_scale", "temperature", "top_p")  # a number or null; the engine checks the range
 MAX_BODY_BYTES = 1 << 20  # a request body is a few hundred bytes; anything near this is not a real one
 SHOWN_FIELDS = 5  # unknown fields an error names (the rest are counted)
-
-
-def _shown(value: Any) -> str:
-    """A value as an error message quotes it: short, however long or deeply nested it is."""
-    shorter = reprlib.Repr()
-    shorter.maxlevel, shorter.maxstring, shorter.maxother, shorter.maxlist, shorter.maxdict = 2, 60, 60, 4, 4
-    return shorter.repr(value)
 
 
 class ApiError(Exception):
@@ -94,17 +86,19 @@ class ImagesRequest:
         model = _model(body, engines)
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ApiError(400, f"prompt must be a non-empty string, got {_shown(prompt)}", param="prompt")
+            raise ApiError(
+                400, f"prompt must be a non-empty string, got {checks.shown(prompt)}", param="prompt"
+            )
         user = body.get("user")
         if user is not None and not isinstance(user, str):
-            raise ApiError(400, f"user must be a string, got {_shown(user)}", param="user")
+            raise ApiError(400, f"user must be a string, got {checks.shown(user)}", param="user")
         n = _n(body.get("n", 1), engines[model])
         response_format = body.get("response_format", "b64_json")
         if response_format != "b64_json":
             raise ApiError(
                 400,
                 "response_format must be 'b64_json' (arjet keeps no files to link to), got "
-                f"{_shown(response_format)}",
+                f"{checks.shown(response_format)}",
                 param="response_format",
             )
         return cls(
@@ -126,7 +120,7 @@ def _model(body: dict, engines: Mapping[str, Engine]) -> str:
     model = body.get("model", next(iter(engines)))
     if not isinstance(model, str) or model not in engines:
         raise ApiError(
-            400, f"unknown model {_shown(model)}; this server has {', '.join(engines)}", param="model"
+            400, f"unknown model {checks.shown(model)}; this server has {', '.join(engines)}", param="model"
         )
     return model
 
@@ -134,7 +128,7 @@ def _model(body: dict, engines: Mapping[str, Engine]) -> str:
 def _n(value: Any, engine: Engine) -> int:
     most = engine.pipe.limits.max_images_per_call
     if not checks.is_integer(value) or not 1 <= value <= most:
-        raise ApiError(400, f"n must be an integer from 1 to {most}, got {_shown(value)}", param="n")
+        raise ApiError(400, f"n must be an integer from 1 to {most}, got {checks.shown(value)}", param="n")
     if value > engine.max_queue:
         raise ApiError(
             400,
@@ -150,7 +144,7 @@ def _seed(value: Any, n: int) -> int:
         return secrets.randbelow(KEY_LIMIT - n)
     if not checks.is_integer(value) or not 0 <= value <= KEY_LIMIT - n:
         raise ApiError(
-            400, f"seed must be an integer from 0 to {KEY_LIMIT - n}, got {_shown(value)}", param="seed"
+            400, f"seed must be an integer from 0 to {KEY_LIMIT - n}, got {checks.shown(value)}", param="seed"
         )
     return value
 
@@ -160,15 +154,17 @@ def _options(body: dict) -> dict[str, Any]:
     sampler = body.get("sampler", "ar")
     if not isinstance(sampler, str):
         raise ApiError(
-            400, f"sampler must be a string such as 'sjd:window=16', got {_shown(sampler)}", param="sampler"
+            400,
+            f"sampler must be a string such as 'sjd:window=16', got {checks.shown(sampler)}",
+            param="sampler",
         )
     for name in NUMBER_FIELDS:
         value = body.get(name)
         if value is not None and not checks.is_number(value):
-            raise ApiError(400, f"{name} must be a number or null, got {_shown(value)}", param=name)
+            raise ApiError(400, f"{name} must be a number or null, got {checks.shown(value)}", param=name)
     top_k = body.get("top_k")
     if top_k is not None and not checks.is_integer(top_k):
-        raise ApiError(400, f"top_k must be an integer or null, got {_shown(top_k)}", param="top_k")
+        raise ApiError(400, f"top_k must be an integer or null, got {checks.shown(top_k)}", param="top_k")
     return {key: body[key] for key in sorted(ARJET_FIELDS - {"seed"}) if key in body}
 
 
@@ -181,7 +177,7 @@ def _size(value: Any) -> tuple[int, int] | None:
             return height, width
     raise ApiError(
         400,
-        f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '384x384') or 'auto', got {_shown(value)}",
+        f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '384x384') or 'auto', got {checks.shown(value)}",
         param="size",
     )
 

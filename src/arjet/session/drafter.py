@@ -29,6 +29,7 @@ from torch import nn
 
 from .. import checks
 from ..machine import check_fits_in_memory
+from ..weights import check_finite
 from .adapter import ModelAdapter
 from .decoder import LlamaStackDecoder
 
@@ -87,29 +88,57 @@ class Drafter(ModelMixin, ConfigMixin):
         *,
         intermediate_size: int | None = None,
         num_attention_heads: int = 4,
+        device: torch.device | str | None = None,
         **kwargs,
     ) -> Drafter:
-        """A randomly initialised drafter sized for the target behind `adapter` (`sizes_for`)."""
+        """A randomly initialised drafter (on the CPU) sized for the target behind `adapter` on `device`
+        (`sizes_for`)."""
         sizes = cls.sizes_for(
-            adapter, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads
+            adapter,
+            intermediate_size=intermediate_size,
+            num_attention_heads=num_attention_heads,
+            device=device,
         )
         return cls(**sizes, **kwargs)
 
-    @staticmethod
+    @classmethod
     def sizes_for(
-        adapter: ModelAdapter, *, intermediate_size: int | None = None, num_attention_heads: int = 4
+        cls,
+        adapter: ModelAdapter,
+        *,
+        intermediate_size: int | None = None,
+        num_attention_heads: int = 4,
+        device: torch.device | str | None = None,
     ) -> dict[str, int]:
-        """The sizes of a new drafter for the target behind `adapter`: the width of its code embeddings,
-        `intermediate_size` (default twice that width) and `num_attention_heads`. The width is measured by
-        one embedding on the adapter's own device (not every family's embeds on the meta device), so that a
-        drafter of these sizes can then be built there to check it fits (`check_fits`)."""
-        with torch.no_grad():
-            width = adapter.embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+        """The sizes of a new drafter for the target behind `adapter`: its width (`target_width`),
+        `intermediate_size` (default twice that width) and `num_attention_heads`, so that a drafter of these
+        sizes can then be built on the meta device to check it fits (`check_fits`); `device` is the model's."""
+        width = cls.target_width(adapter, device)
         return {
             "hidden_size": width,
             "intermediate_size": intermediate_size or 2 * width,
             "num_attention_heads": num_attention_heads,
         }
+
+    @staticmethod
+    def target_width(adapter: ModelAdapter, device: torch.device | str | None = None) -> int:
+        """The width of the target's code embeddings (and hidden states), which a drafter's `hidden_size` must
+        be: measured by one embedding on `device`, the model's (not every family's embeds on the meta
+        device)."""
+        with torch.no_grad():
+            return adapter.embed_codes(torch.zeros(1, 1, dtype=torch.long, device=device)).shape[-1]
+
+    def check_target(self, adapter: ModelAdapter, device: torch.device | str | None = None) -> None:
+        """Refuse to draft for the target behind `adapter` (on `device`) when this drafter's width is not its
+        width (`target_width`; a drafter of another model): a ValueError naming both, instead of a shape
+        error in the first forward of a decode."""
+        width = self.target_width(adapter, device)
+        if self.config.hidden_size != width:
+            raise ValueError(
+                f"the drafter has hidden_size={self.config.hidden_size}, but this model's hidden states are "
+                f"{width} wide: a drafter drafts only for the model it was trained for; use one trained for this "
+                "model (`arjet train drafter` trains one)"
+            )
 
     @classmethod
     def check_fits(cls, what: str, config: Any, dtype: Any = None, **options: Any) -> None:
@@ -125,14 +154,18 @@ class Drafter(ModelMixin, ConfigMixin):
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Drafter:
         """diffusers' loader, after a local folder's config.json is read (`checks.read_json`: malformed or
         nested too deep is a ValueError naming it) and the drafter it describes is checked against free
-        memory (`check_fits`), before anything is allocated."""
-        config = (
-            Path(pretrained_model_name_or_path).expanduser() / (kwargs.get("subfolder") or "") / "config.json"
-        )
+        memory (`check_fits`), before anything is allocated; weights that are not finite are then refused
+        (`weights.check_finite`)."""
+        folder = Path(pretrained_model_name_or_path).expanduser() / (kwargs.get("subfolder") or "")
+        config = folder / "config.json"
         if config.is_file():
             dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
             cls.check_fits(f"the drafter config {config}", checks.read_json(config), dtype)
-        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        check_finite(
+            f"the weights of the drafter in {folder}", loaded[0] if isinstance(loaded, tuple) else loaded
+        )
+        return loaded
 
     def fuse(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """`fc(cat[e(x_{t+1}), h_t])` for `[..., d]` each."""

@@ -18,6 +18,7 @@ rotary embedding is not reproduced (arjet has no LlamaGen family).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..weights import load_tensors
+from ..weights import check_finite, load_tensors
 from .drafter import Drafter
 
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")  # the official loader's order
@@ -57,6 +58,7 @@ def read_lantern_drafter(folder: str | os.PathLike) -> Drafter:
             f"{weights} does not hold a LANTERN drafter of the layout its config describes: missing "
             f"{sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}; {PROVIDE}"
         )
+    check_finite(f"the weights in {weights}", drafter)
     return drafter.eval()
 
 
@@ -80,19 +82,36 @@ def official_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def config_sizes(config: dict[str, Any]) -> dict[str, Any]:
-    """The `Drafter` arguments the official `config.json` gives (its sizes, norm and rotary settings)."""
-    try:
-        return dict(
-            hidden_size=int(config["hidden_size"]),
-            intermediate_size=int(config["intermediate_size"]),
-            num_attention_heads=int(config["num_attention_heads"]),
-            num_key_value_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(config.get("rope_theta") or 10000.0),
-            max_position_embeddings=int(config.get("max_position_embeddings") or 16384),
+    """The `Drafter` arguments the official `config.json` gives (its sizes, norm and rotary settings); a
+    ValueError naming the first key that is missing or not a number > 0, and its value."""
+    sizes = {
+        key: _positive(config, key, int)
+        for key in ("hidden_size", "intermediate_size", "num_attention_heads")
+    }
+    return dict(
+        sizes,
+        num_key_value_heads=_positive(config, "num_key_value_heads", int, sizes["num_attention_heads"]),
+        rms_norm_eps=_positive(config, "rms_norm_eps", float, 1e-6),
+        rope_theta=_positive(config, "rope_theta", float, 10000.0),
+        max_position_embeddings=_positive(config, "max_position_embeddings", int, 16384),
+    )
+
+
+def _positive(config: dict[str, Any], key: str, kind: type, default: float | None = None) -> Any:
+    """`config[key]`, an integer (`kind=int`) or a finite number > 0; `default` where the key is absent or
+    null, and a ValueError naming the key where there is no default."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise ValueError(f"the drafter's config.json has no {key}; {PROVIDE}")
+        return default
+    usable = checks.is_integer(value) if kind is int else checks.is_number(value) and math.isfinite(value)
+    if not usable or value <= 0:
+        what = "an integer" if kind is int else "a finite number"
+        raise ValueError(
+            f"the drafter's config.json has {key}={checks.shown(value)}, which is not {what} > 0; {PROVIDE}"
         )
-    except (KeyError, TypeError, ValueError, OverflowError) as error:
-        raise ValueError(f"the drafter's config.json lacks a usable {error}; {PROVIDE}") from None
+    return kind(value)
 
 
 def drafter_config(sizes: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, Any]:

@@ -238,7 +238,7 @@ def train_drafter(config: DrafterTrainConfig) -> Path:
     pipe.set_progress_bar_config(disable=True)
     Drafter.check_fits(  # before the data is generated: the drafter's width is the model's
         "the drafter of these options (--intermediate-size, --heads)",
-        Drafter.sizes_for(pipe.session_adapter(), **drafter_options(config)),
+        Drafter.sizes_for(pipe.session_adapter(), **drafter_options(config), device=device),
         copies=TRAINING_COPIES,
         device=device,
     )
@@ -294,7 +294,7 @@ def fit_drafter(
     processes = processes or Processes()
     adapter = pipe.session_adapter()
     pipe.model.requires_grad_(False)
-    drafter = Drafter.for_adapter(adapter, **drafter_options(config)).to(pipe.device)
+    drafter = Drafter.for_adapter(adapter, **drafter_options(config), device=pipe.device).to(pipe.device)
     processes.same_start(drafter)
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
