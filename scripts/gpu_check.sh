@@ -33,7 +33,7 @@ tests=()
 if [ $# -eq 0 ]; then
     echo "== CUDA tests =="
     timeout 240 python3 -m pytest -m cuda -q -p no:cacheprovider --junitxml "$work/cuda-tests.xml" \
-        tests/samplers tests/session tests/engine tests/eval/test_floor.py tests/eval/test_suite.py
+        tests/samplers tests/session tests/engine tests/bench/test_floor.py tests/bench/test_suite.py
     tests=(--tests "$work/cuda-tests.xml")
 fi
 

@@ -8,7 +8,9 @@ import pytest
 import arjet
 
 
-@pytest.mark.parametrize("part", ["testing", "data", "eval", "pipelines", "presets", "vq", "session"])
+@pytest.mark.parametrize(
+    "part", ["testing", "data", "eval", "pipelines", "presets", "vq", "session", "addons"]
+)
 def test_parts_are_attributes_after_a_bare_import(part):
     """`import arjet; arjet.testing.tiny_pipeline(...)` as the README writes it, in a fresh interpreter
     where nothing has imported the part before."""

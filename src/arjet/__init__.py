@@ -31,7 +31,9 @@ __all__ = [
 # the parts of the package reachable as attributes (`arjet.testing.tiny_pipeline`); the command line is
 # not among them (it sits above this face), `import arjet.cli` still works
 SUBMODULES = (
+    "addons",
     "app",
+    "bench",
     "builtin",
     "checks",
     "data",
@@ -50,6 +52,7 @@ SUBMODULES = (
 
 if typing.TYPE_CHECKING:
     from . import samplers
+    from .addons import Drafter
     from .builtin import available_models, load
     from .limits import Limits
     from .pipelines import (
@@ -61,7 +64,6 @@ if typing.TYPE_CHECKING:
         LuminaMGPTPipeline,
     )
     from .presets import available_presets, random_pipeline
-    from .session import Drafter
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -72,7 +74,7 @@ def __getattr__(name: str) -> typing.Any:
     elif name == "Limits":
         home = _submodule("limits")
     elif name == "Drafter":
-        home = _submodule("session")
+        home = _submodule("addons")
     elif name in ("available_presets", "random_pipeline"):
         home = _submodule("presets")
     elif name in __all__:
@@ -85,8 +87,12 @@ def __getattr__(name: str) -> typing.Any:
 def _submodule(name: str) -> typing.Any:
     """Import the part `name` (written out, one per line: the layer test reads every import by its name).
     `import arjet.X as module` rather than `from . import X`: the latter would ask `__getattr__` again."""
-    if name == "app":
+    if name == "addons":
+        import arjet.addons as module
+    elif name == "app":
         import arjet.app as module
+    elif name == "bench":
+        import arjet.bench as module
     elif name == "builtin":
         import arjet.builtin as module
     elif name == "checks":

@@ -17,9 +17,9 @@ from collections.abc import Callable
 import torch
 
 from . import checks
+from .addons.drafter import Drafter
 from .limits import Limits
 from .pipelines.text_tokenizer import build_word_tokenizer
-from .session.drafter import Drafter
 
 FAMILIES = ("janus", "emu3", "lumina_mgpt", "glm_image")
 # each family's grid when the caller gives none: Janus decodes square grids only, the others any shape

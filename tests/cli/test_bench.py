@@ -184,9 +184,9 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
     ],
 )
 def test_suite_options_are_checked_before_anything_runs(args, message, monkeypatch, capsys):
-    import arjet.eval.suite
+    import arjet.bench.suite
 
-    monkeypatch.setattr(arjet.eval.suite, "run_suite", lambda *a, **k: pytest.fail("the suite ran"))
+    monkeypatch.setattr(arjet.bench.suite, "run_suite", lambda *a, **k: pytest.fail("the suite ran"))
     assert main(["bench", *args]) == 2
     assert message in capsys.readouterr().err
 

@@ -204,7 +204,7 @@ def test_compile_choices_are_the_pipelines_compile_values(choice, value):
 
 
 def test_a_folder_whose_drafter_does_not_fit_the_model_is_refused_in_one_line(tmp_path, capsys):
-    from arjet.session.drafter import Drafter
+    from arjet.addons.drafter import Drafter
     from arjet.testing import tiny_drafter
 
     folder, out = tmp_path / "model", tmp_path / "x.png"

@@ -210,7 +210,7 @@ def test_the_captured_lanes_path_keys_one_runner_per_bucket_and_window(sampler, 
     import math
 
     from arjet.engine import lanes as lanes_module
-    from arjet.samplers.capture import CAPTURED_SPAN_SIZES, CudaGraphRunner
+    from arjet.session.capture import CAPTURED_SPAN_SIZES, CudaGraphRunner
 
     spans: list[tuple[int, int]] = []  # (span, capacity) of every step
 

@@ -18,8 +18,6 @@ import torch.nn.functional as F
 
 from arjet.eval.clip import save_open_clip_folder
 
-PROMPTS_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "prompts"
-
 COLOURS = {
     "red": (1.0, 0.0, 0.0),
     "green": (0.0, 0.8, 0.0),
@@ -100,11 +98,3 @@ def tiny_clip_dir(tmp_path_factory) -> Path:
     """A CLIP folder (open_clip_config.json + open_clip_model.safetensors) that separates colours."""
     folder = tmp_path_factory.mktemp("tiny-clip")
     return save_open_clip_folder(_train_tiny_clip(), TINY_CLIP_CONFIG, folder)
-
-
-@pytest.fixture
-def prompts_dir(monkeypatch) -> Path:
-    if not (PROMPTS_DIR / "INDEX.md").is_file():
-        pytest.skip(f"the shared prompt data is not at {PROMPTS_DIR}")
-    monkeypatch.setenv("ARJET_PROMPTS_DIR", str(PROMPTS_DIR))
-    return PROMPTS_DIR

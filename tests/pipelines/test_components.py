@@ -11,8 +11,8 @@ from transformers import JanusVQVAE
 
 import arjet
 from arjet import cli
+from arjet.addons.noise import NoiseConditioning
 from arjet.pipelines.components import load_component
-from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_pipeline
 
 

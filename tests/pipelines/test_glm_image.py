@@ -14,6 +14,7 @@ from transformers.generation.logits_process import (
 )
 
 import arjet
+from arjet.addons.noise import NoiseConditioning
 from arjet.pipelines.glm_image import (
     DIFFUSION_COMPONENTS,
     GENERATE_DEFAULTS,
@@ -23,7 +24,6 @@ from arjet.pipelines.glm_image import (
 )
 from arjet.samplers import LogitsPolicy
 from arjet.session import DecodingSession, TransformersDecoder
-from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 from reference import full_sequence_logits, transformers_glm_image_logits

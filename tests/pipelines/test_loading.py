@@ -5,8 +5,9 @@ import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 import arjet
+from arjet.addons import NoiseConditioning
 from arjet.pipelines import loading
-from arjet.testing import tiny_pipeline
+from arjet.testing import tiny_drafter, tiny_pipeline
 
 
 def test_missing_local_folder_says_what_to_provide(tmp_path):
@@ -171,7 +172,30 @@ def test_a_folder_saved_before_the_image_tokenizers_moved_still_loads(tmp_path):
     pipe.set_progress_bar_config(disable=True)
     assert torch.equal(loaded("a red circle", seed=0).codes, pipe("a red circle", seed=0).codes)
     assert loading.current_module("arjet.tokenizers") == "arjet.vq"
-    assert loading.current_module("arjet.session.noise") == "arjet.session.noise"
+    assert loading.current_module("arjet.session.drafting") == "arjet.session.drafting"  # whole names only
+
+
+def test_a_folder_saved_before_the_add_ons_moved_still_loads(tmp_path):
+    """The drafter and the noise conditioning were saved as `arjet.session.drafter` / `arjet.session.noise`;
+    they are `arjet.addons.drafter` / `arjet.addons.noise` today."""
+    pipe = tiny_drafter(tiny_pipeline("janus", grid=(2, 2), vocab_size=6))
+    hidden = pipe.session_adapter().embed_codes(torch.zeros(1, 1, dtype=torch.long)).shape[-1]
+    pipe.register_modules(noise_conditioning=NoiseConditioning(hidden_size=hidden, levels=4))
+    pipe.save_pretrained(tmp_path)
+    index = json.loads((tmp_path / "model_index.json").read_text())
+    assert index["drafter"] == ["arjet.addons.drafter", "Drafter"]
+    assert index["noise_conditioning"] == ["arjet.addons.noise", "NoiseConditioning"]
+    index["drafter"] = ["arjet.session.drafter", "Drafter"]  # as saved before issue 34
+    index["noise_conditioning"] = ["arjet.session.noise", "NoiseConditioning"]
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    loaded = arjet.ARPipeline.from_pretrained(str(tmp_path))
+    assert type(loaded.drafter).__module__ == "arjet.addons.drafter"
+    assert type(loaded.noise_conditioning).__module__ == "arjet.addons.noise"
+    for name in ("drafter", "noise_conditioning"):
+        original, read = pipe.components[name].state_dict(), loaded.components[name].state_dict()
+        assert original.keys() == read.keys() and all(torch.equal(original[k], read[k]) for k in original)
+    assert loading.current_module("arjet.session.drafter") == "arjet.addons.drafter"
+    assert loading.current_module("arjet.session.noise") == "arjet.addons.noise"
 
 
 # -- built-in names -------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def meta_pipe(request):
 
 @pytest.fixture(scope="module")
 def shapes_prompts() -> list[str]:
-    from arjet.eval.prompts import load_prompts
+    from arjet.data.prompts import load_prompts
 
     return load_prompts("shapes")  # what `arjet bench` uses by default
 

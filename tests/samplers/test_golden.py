@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import arjet
-from arjet.session.noise import NoiseConditioning
+from arjet.addons.noise import NoiseConditioning
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import guided

@@ -3,8 +3,8 @@ import functools
 import pytest
 import torch
 
+from arjet.addons.noise import NoiseConditioning
 from arjet.samplers import SJD2, LogitsPolicy
-from arjet.session.noise import NoiseConditioning
 from arjet.testing import tiny_pipeline
 
 from families import guidance, statistical_logit_scale

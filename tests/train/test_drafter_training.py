@@ -111,7 +111,7 @@ def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
     drafter's block (the model's head and embeddings stay frozen)."""
     pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0)
     hidden, codes = distill(pipe, PROMPTS[:2], DrafterTrainConfig(data_batch=2, data_sampler="ar"))
-    from arjet.session.drafter import Drafter
+    from arjet.addons.drafter import Drafter
 
     drafter = Drafter.for_adapter(pipe.session_adapter())
     loss, parts = drafter_loss(drafter, pipe.session_adapter(), hidden.float(), codes, 0.1)
@@ -123,7 +123,7 @@ def test_the_loss_has_both_parts_and_reaches_the_drafters_weights():
 def test_the_guided_loss_compares_the_cfg_mixed_distributions():
     """With a guidance scale the next-code loss is the cross-entropy between the mixed distributions of each
     image's two rows (what decoding draws from), not the mean over the rows' own."""
-    from arjet.session.drafter import Drafter
+    from arjet.addons.drafter import Drafter
 
     pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=8, logit_scale=3.0)
     adapter = pipe.session_adapter()
@@ -149,7 +149,7 @@ def test_the_guided_loss_compares_the_cfg_mixed_distributions():
 def test_the_training_time_test_scores_each_depth_on_the_drafters_own_outputs():
     """`depths=3`: depth 1 is the teacher-forced loss; depths 2 and 3 score `Drafter.unrolled`'s outputs on
     the positions that have a committed one behind them; the loss is the mean and reaches the weights."""
-    from arjet.session.drafter import Drafter
+    from arjet.addons.drafter import Drafter
 
     pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8, logit_scale=3.0)
     adapter = pipe.session_adapter()

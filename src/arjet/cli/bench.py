@@ -142,8 +142,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..eval.bench import run_bench
-    from ..eval.prompts import load_prompts
+    from ..bench.samplers import run_bench
+    from ..data.prompts import load_prompts
 
     if args.suite is not None:
         return run_suite_command(args)
@@ -224,7 +224,7 @@ def _print_table(result, prompts: list[str], specs: list[str], arch: str | None,
 
 def _throughput(args, arch, specs, prompts, call, path, plot, print_json) -> int:
     """`--concurrency`: the engine's images / s, latency and lane utilisation per sampler and concurrency."""
-    from ..eval.throughput import run_throughput
+    from ..bench.throughput import run_throughput
 
     pipe = load_pipeline(args) if arch is None else _random_pipeline(args, arch)
     with warnings.catch_warnings():  # a random model's small vocabulary: words do not change the cost
@@ -286,7 +286,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
     """`arjet bench --suite NAME --out DIR`: the suite's sections, then its report."""
     from pathlib import Path
 
-    from ..eval.suite import get_suite, run_suite
+    from ..bench.suite import get_suite, run_suite
 
     suite = get_suite(args.suite)
     given = [name for name, default in SUITE_EXCLUDES.items() if getattr(args, name) != default]

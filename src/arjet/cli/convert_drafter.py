@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     checks.output_dir("OUT", args.out, empty=True)  # before torch is imported or the checkpoint read
     checks.check_checkpoint_files("SOURCE", args.source)  # config.json and the weights' headers
-    from ..session.lantern_drafter import convert_lantern_drafter
+    from ..addons.lantern_drafter import convert_lantern_drafter
 
     out = convert_lantern_drafter(args.source, args.out)
     print(f"wrote the drafter to {out}")

@@ -171,7 +171,7 @@ def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> li
 def first_prompts(args: argparse.Namespace) -> list[str]:
     """The run's prompts: the first `--n` of the set (default `DEFAULT_N`, or all of a smaller set); an
     `--n` beyond the set's size is refused, naming the size, rather than quietly running fewer."""
-    from ..eval.prompts import load_prompts
+    from ..data.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, None, args.data_dir, data_dir_option="--data-dir")
     if args.n is not None and args.n > len(prompts):
@@ -211,7 +211,7 @@ def _optional(spec: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..builtin import DEFAULT_MODEL, available_models
-    from ..eval.prompts import PROMPT_SETS
+    from ..data.prompts import PROMPT_SETS
     from ..eval.reference import reference_source
     from ..eval.report import judge_note
     from ..eval.runner import join_processes, run_eval

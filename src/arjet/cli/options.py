@@ -91,7 +91,7 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 
 COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor", "inductor-graphs")
-CUDA_ONLY_CHOICES = ("cuda-graphs", "inductor-graphs")  # `arjet.samplers.capture.CAPTURED_MODES`
+CUDA_ONLY_CHOICES = ("cuda-graphs", "inductor-graphs")  # `arjet.session.capture.CAPTURED_MODES`
 
 
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""The built-in procedural text-to-image domain: coloured shapes, their renders and prompts."""
+"""The built-in procedural text-to-image domain: coloured shapes, their renders and prompts; and the
+prompt sets by name or file (`arjet.data.prompts`: `load_prompts`, not imported with the package)."""
 
 from .dataset import ShapesDataset, heldout_set, render_reference, split_item, to_tensor, write_heldout
 from .shapes import (

@@ -47,8 +47,8 @@ from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, wide
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import Sampler, SamplingOptions
-from ..samplers.capture import compile_mode
 from ..samplers.random import KEY_LIMIT, image_keys
+from ..session.capture import compile_mode
 from .admission import Estimate, Load, Throughput
 from .lanes import MAX_LANES, LaneGroup, LaneStatus, buckets, check_lane_memory
 from .requests import (

@@ -18,8 +18,8 @@ import torch
 from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, LogitsPolicy, Sampler, Stepper
-from ..samplers.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from ..session import DecodingSession, Prefix
+from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from .requests import GroupKey, Request
 
 MAX_LANES = 1024  # images one group decodes at once (each lane is a row of a static cache, and a view)

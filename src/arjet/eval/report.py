@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from ..bench.speed import environment
 from ..builtin import model_name
 from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio, significant
 from .atomic import atomic_target, write_text
 from .scoring import SamplerResult, load_images
 from .settings import EvalSettings
-from .speed import environment
 
 PLOTS_DIR = "plots"
 HEADER = (

@@ -37,12 +37,12 @@ import torch
 
 from .. import checks
 from .. import samplers as sampler_registry
+from ..bench.speed import speed_summaries
 from .atomic import remove_temporaries, save_image
 from .lock import run_folder_lock
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
 from .scoring import MetricOptions, check_images, score_run
 from .settings import EvalSettings, check_out_dir, write_config
-from .speed import speed_summaries
 
 IMAGES_DIR = "images"
 COMMIT_MAPS = 8  # the records of the first prompts keep their commit-step map (the plot shows some)

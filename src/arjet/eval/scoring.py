@@ -16,12 +16,12 @@ from typing import Any
 import PIL.Image
 import torch
 
+from ..bench.speed import speed_summaries
 from .clip import load_clip, parse_clip_spec
 from .features import check_feature_spec, load_feature_network
 from .images import MODEL_IMAGE_PIXELS, check_image, read_image
 from .metrics import clip_scores, frechet_distance, reference_statistics
 from .reference import ReferenceSource
-from .speed import speed_summaries
 
 
 @dataclass

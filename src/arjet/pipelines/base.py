@@ -24,12 +24,12 @@ from diffusers.utils import BaseOutput
 
 from .. import checks
 from .. import samplers as sampler_registry
+from ..addons.drafter import Drafter
+from ..addons.noise import NoiseConditioning
 from ..limits import DEFAULT_LIMITS, Limits
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
-from ..samplers.capture import compile_mode
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
-from ..session.drafter import Drafter
-from ..session.noise import NoiseConditioning
+from ..session.capture import compile_mode
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
 from .adaptive import ADAPTIVE, choose_window, is_adaptive, widest_spec

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Interrupted
-from ..samplers.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from ..session import DecodingSession, Prefix
+from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from .callbacks import StepHook
 from .inputs import CheckedInputs
 

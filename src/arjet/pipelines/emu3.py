@@ -13,10 +13,10 @@ import torch
 from transformers import Emu3ForConditionalGeneration, PreTrainedTokenizerBase
 
 from .. import checks
+from ..addons.drafter import Drafter
+from ..addons.noise import NoiseConditioning
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
-from ..session.drafter import Drafter
-from ..session.noise import NoiseConditioning
 from ..vq.emu3 import Emu3VQTokenizer
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows

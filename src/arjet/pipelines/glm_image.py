@@ -37,11 +37,11 @@ from transformers import (
 )
 
 from .. import checks
+from ..addons.drafter import Drafter
+from ..addons.noise import NoiseConditioning
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder
-from ..session.drafter import Drafter
-from ..session.noise import NoiseConditioning
 from ..vq.glm_image import PIXELS_PER_CODE, GlmImageCodes
 from .base import BaseARPipeline
 from .inputs import CheckedInputs, call_signature

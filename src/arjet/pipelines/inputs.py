@@ -129,7 +129,7 @@ class CheckedInputs:
     return_dict: bool
     callback: Callable[..., dict[str, Any] | None] | None
     tensor_inputs: list[str]
-    compile: str  # one of `arjet.samplers.capture.COMPILE_MODES`
+    compile: str  # one of `arjet.session.capture.COMPILE_MODES`
     stage_options: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # a family's later stage's (a DiT's)

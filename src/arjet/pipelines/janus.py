@@ -13,11 +13,11 @@ from typing import ClassVar
 import torch
 from transformers import JanusForConditionalGeneration, PreTrainedTokenizerBase
 
+from ..addons.drafter import Drafter
+from ..addons.noise import NoiseConditioning
 from ..session import ImageLayout, Prefix
 from ..session.adapter import ModelAdapter, run_decoder
 from ..session.decoder import LlamaStackDecoder, fast_linear
-from ..session.drafter import Drafter
-from ..session.noise import NoiseConditioning
 from ..vq.janus import JanusVQTokenizer
 from .base import BaseARPipeline
 from .prompts import encode_with_prompt, left_pad_rows
@@ -61,7 +61,7 @@ class JanusAdapter(ModelAdapter):
         return LlamaStackDecoder(self.model.model.language_model)
 
     def forward_weights(self) -> list[torch.Tensor]:
-        """The weights one decoding forward reads (`arjet.eval.floor`): decoder layers, final norm, the code
+        """The weights one decoding forward reads (`arjet.bench.floor`): decoder layers, final norm, the code
         aligner MLP (dense, run on every fed code) and the generation head."""
         inner = self.model.model
         parts = (

@@ -22,7 +22,12 @@ HUB_OPTIONS = ("revision", "cache_dir", "local_files_only", "token")
 # arjet modules that have moved since pipelines were first saved: a saved folder's model_index.json names the
 # module of each component (`["arjet.tokenizers.chameleon_vqgan", "ChameleonVQGAN"]`), so the old names are
 # read as the new ones and older folders keep loading
-MOVED_MODULES = {"arjet.tokenizers": "arjet.vq", "arjet.text_tokenizer": "arjet.pipelines.text_tokenizer"}
+MOVED_MODULES = {
+    "arjet.tokenizers": "arjet.vq",
+    "arjet.text_tokenizer": "arjet.pipelines.text_tokenizer",
+    "arjet.session.drafter": "arjet.addons.drafter",
+    "arjet.session.noise": "arjet.addons.noise",
+}
 
 
 def assets_dir() -> Path:

@@ -20,10 +20,10 @@ from transformers import ChameleonForConditionalGeneration, PreTrainedTokenizerB
 from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
 from .. import checks
+from ..addons.drafter import Drafter
+from ..addons.noise import NoiseConditioning
 from ..session import ImageLayout, Prefix
 from ..session.decoder import LlamaStackDecoder
-from ..session.drafter import Drafter
-from ..session.noise import NoiseConditioning
 from ..vq.chameleon_vqgan import ChameleonVQGAN
 from .base import BaseARPipeline
 from .components import load_component

@@ -52,6 +52,6 @@ class VocabularyCodeAdapter(ModelAdapter):
         return self._static_decoder
 
     def forward_weights(self) -> list[torch.Tensor]:
-        """The weights one decoding forward reads (`arjet.eval.floor`): decoder layers, final norm, code head rows."""
+        """The weights one decoding forward reads (`arjet.bench.floor`): decoder layers, final norm, code head rows."""
         head = [self._head_weight] if self._head_bias is None else [self._head_weight, self._head_bias]
         return [*self.backbone.layers.parameters(), *self.backbone.norm.parameters(), *head]

@@ -84,7 +84,7 @@ class DecodeTrace:
     device every step anyway (a user's step callback), so the decode loop then also checks after every step
     whether every image is done, and no step (nor `on_step`) runs past the end. `on_progress(decoded)` receives
     the number of decoded cells of the whole batch whenever the decode loop reads the device; `runner(step)`
-    runs one fixed-shape step (eagerly when None; a captured graph's replay, see `arjet.samplers.capture`)."""
+    runs one fixed-shape step (eagerly when None; a captured graph's replay, see `arjet.session.capture`)."""
 
     def __init__(
         self,

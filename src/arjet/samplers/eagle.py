@@ -1,7 +1,7 @@
 """`eagle`: speculative decoding with a trained drafter (EAGLE, Li et al. 2024; the drafter LANTERN and
 LANTERN++ train), over SJD-PAC's static tree; lossless with the exact rule.
 
-The drafter (`session.drafter`, see `arjet.session.drafter`) reads the target's last hidden states and
+The drafter (`session.drafter`, see `arjet.addons.drafter`) reads the target's last hidden states and
 proposes the next codes. After every forward of the target it catches up on the cells just committed (one
 drafter forward over the window: the target's hidden state at each committed input, paired with the
 committed code), then drafts the main chain one code at a time from its own outputs, each code drawn from

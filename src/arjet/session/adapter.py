@@ -1,8 +1,9 @@
-"""What a model family gives the decoding session: embeddings in, hidden states through, code logits out."""
+"""What a model family gives the decoding session: embeddings in, hidden states through, code logits out;
+and what the session needs of a model's add-ons (`arjet.addons`: a drafter, noise conditioning)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -49,6 +50,39 @@ class ModelAdapter:
 
     def forward_weights(self) -> list[torch.Tensor] | None:
         return None
+
+
+class DraftHead(Protocol):
+    """A draft head over the target's hidden states (`arjet.addons.Drafter`): what a session holds as
+    `drafter` and `arjet.session.drafting` runs."""
+
+    fc: torch.nn.Linear  # the fusion `fc(cat[e(x_{t+1}), h_t])`; its weight's dtype is the head's
+
+    def fuse(self, code_embeddings: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The block's input from code embeddings and the target's hidden states, `[..., d]` each."""
+
+    def stack(self) -> StaticDecoder:
+        """The head's block as a static-cache decoder (one per decode)."""
+
+
+class NoisyEmbeddings(Protocol):
+    """Noise conditioning of a model fine-tuned for noisy code embeddings (`arjet.addons.NoiseConditioning`):
+    what a session holds as `noise` and SJD2 feeds through it. Levels run from 0 (clean) to 1 (pure noise)."""
+
+    @property
+    def levels(self) -> int:
+        """The denoising levels the model was trained with."""
+
+    def add_noise(self, clean: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Normalised state at level `t` for clean embeddings `[..., d]`."""
+
+    def model_input(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """What the model is fed for normalised state `z` at level `t`."""
+
+    def denoise_step(
+        self, z: torch.Tensor, clean_estimate: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor
+    ) -> torch.Tensor:
+        """One step from level `t` to `t_next < t` towards the clean embedding estimate."""
 
 
 def run_decoder(backbone, inputs_embeds, position_ids, attention_mask, cache) -> torch.Tensor:

@@ -49,11 +49,9 @@ from enum import IntEnum
 
 import torch
 
-from .adapter import ModelAdapter
+from .adapter import DraftHead, ModelAdapter, NoisyEmbeddings
 from .decoder import StaticDecoder, TransformersDecoder
-from .drafter import Drafter
 from .layout import ImageLayout, Prefix
-from .noise import NoiseConditioning
 
 
 class Misuse(IntEnum):
@@ -114,9 +112,9 @@ class DecodingSession:
         prefix: Prefix,
         guidance_scale: float | None = None,
         codebook: torch.Tensor | None = None,
-        noise: NoiseConditioning | None = None,
+        noise: NoisyEmbeddings | None = None,
         decoder: StaticDecoder | None = None,
-        drafter: Drafter | None = None,
+        drafter: DraftHead | None = None,
     ):
         self.adapter = adapter
         self.codebook = codebook  # [V, d] VQ code vectors: the capability "codebook"

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from .. import checks
+from ..addons.drafter import Drafter
 from ..session import DecodingSession
-from ..session.drafter import Drafter
 from ..weights import load_tensors
 from .configs import DrafterTrainConfig
 from .processes import Processes

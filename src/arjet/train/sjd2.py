@@ -1,7 +1,7 @@
 """`arjet train sjd2`: fine-tune an AR checkpoint for next-clean-token prediction from noisy inputs (SJD2).
 
 Each training sequence's code inputs are split into segments with a noise level each (`0` = clean);
-noisy inputs are `denorm(alpha_t * norm(e) + sigma_t * eps) + level_embedding(t)` (`arjet.session.noise`);
+noisy inputs are `denorm(alpha_t * norm(e) + sigma_t * eps) + level_embedding(t)` (`arjet.addons.noise`);
 the targets stay the clean next codes (ordinary cross-entropy). A share of sequences stays entirely clean
 and a share of prompts is dropped (CFG, for families that have it), so plain AR sampling keeps its quality.
 Works for any pipeline family through its session adapter, a preview grid (GLM-Image) trained with its
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..addons.noise import NoiseConditioning
 from ..session import Prefix
-from ..session.noise import NoiseConditioning
 from .configs import SJD2TrainConfig
 from .processes import Processes
 from .scaffold import TrainingRun, check_base, check_outputs, uses_bf16

@@ -29,9 +29,9 @@ from torch import nn
 
 from .. import checks
 from ..machine import check_fits_in_memory
+from ..session.adapter import ModelAdapter
+from ..session.decoder import LlamaStackDecoder
 from ..weights import check_finite
-from .adapter import ModelAdapter
-from .decoder import LlamaStackDecoder
 
 BLOCKS = ("llama", "chameleon")
 

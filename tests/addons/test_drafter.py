@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from arjet.session.drafter import Drafter
+from arjet.addons.drafter import Drafter
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 

@@ -32,6 +32,11 @@ class NoiseConditioning(ModelMixin, ConfigMixin):
         nn.init.zeros_(self.level_mlp[-1].weight)
         nn.init.zeros_(self.level_mlp[-1].bias)
 
+    @property
+    def levels(self) -> int:
+        """The denoising levels the model was trained with (`config.levels`)."""
+        return self.config.levels
+
     @torch.no_grad()
     def set_statistics(self, code_embeddings: torch.Tensor) -> None:
         """Standardisation statistics from the model's code embedding table `[V, d]` (set once, then frozen)."""

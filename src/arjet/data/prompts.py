@@ -88,7 +88,7 @@ def load_prompts(
     `--data-dir`), for the message when a set's file is not there."""
     checks.optional_integer("n", n, 1)
     if name_or_file in BUILTIN_SETS:
-        from ..data import heldout_set
+        from . import heldout_set
 
         prompts = [item["prompt"] for item in heldout_set()]
     elif name_or_file in PROMPT_SETS:

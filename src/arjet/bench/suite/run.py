@@ -174,8 +174,8 @@ def _section_pipeline(section: Section, device: str):
 def _bench_run(pipe, section: Section, run: BenchRun) -> dict[str, Any]:
     import warnings
 
-    from ..bench import run_bench
-    from ..prompts import load_prompts
+    from ...data.prompts import load_prompts
+    from ..samplers import run_bench
 
     prompts = load_prompts("shapes", run.n)
     begin = time.monotonic()
@@ -219,7 +219,7 @@ def _throughput_rows(pipe, run: ThroughputRun, device: str) -> Iterator[list[dic
     the rows of each concurrency as it finishes."""
     import warnings
 
-    from ..prompts import load_prompts
+    from ...data.prompts import load_prompts
     from ..throughput import run_throughput
 
     with warnings.catch_warnings():  # a random model's word-level vocabulary: words do not change the cost

@@ -1,7 +1,7 @@
 import pytest
 from small_presets import SMALL_CODEBOOK, SMALL_DECODER, small_preset
 
-from arjet.eval.floor import (
+from arjet.bench.floor import (
     ForwardFloor,
     average_kv_tokens,
     decoder_graph_floor,

@@ -6,8 +6,8 @@ measured in the same run, so both columns compare like with like. Each sampler r
 interleaved per call so that drift in machine load hits every sampler alike; `images / s` is the
 throughput (images over the seconds of the calls that made them); the result warns when its seconds are not
 trustworthy (calls of one sampler far apart, other processes busy on the cores). Milliseconds per forward pass are set against the bandwidth
-floor of one forward (`arjet.eval.floor`): the bytes it must read over the device's measured copy bandwidth.
-The per-sampler figures are `arjet.eval.speed`'s, the same as `arjet eval` reports.
+floor of one forward (`arjet.bench.floor`): the bytes it must read over the device's measured copy bandwidth.
+The per-sampler figures are `arjet.bench.speed`'s, the same as `arjet eval` reports.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ import pytest
 import torch
 from lantern_official import HEADS, HIDDEN, official_folder, official_state
 
-from arjet.session.drafter import Drafter
-from arjet.session.lantern_drafter import convert_lantern_drafter, read_lantern_drafter
+from arjet.addons.drafter import Drafter
+from arjet.addons.lantern_drafter import convert_lantern_drafter, read_lantern_drafter
 from arjet.testing import tiny_pipeline
 
 
@@ -82,7 +82,7 @@ def test_a_layout_that_does_not_match_is_named(tmp_path):
     ],
 )  # fmt: skip
 def test_a_config_is_refused_before_the_weights_are_read(config, message, tmp_path, monkeypatch):
-    import arjet.session.lantern_drafter as lantern
+    import arjet.addons.lantern_drafter as lantern
 
     folder = official_folder(tmp_path / "lantern", official_state())
     path = folder / "config.json"

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from arjet.cli import main
-from arjet.eval.prompts import PROMPT_SETS, available_prompt_sets, load_prompts
+from arjet.data.prompts import PROMPT_SETS, available_prompt_sets, load_prompts
 
 SIZES = {"parti": 1632, "geneval": 553, "drawbench": 200, "coco5k": 5000, "coco30k": 30000, "dpg": 1065}
 FIRST = {

@@ -101,7 +101,7 @@ def _run_table(run: dict[str, Any]) -> str:
     """The bench table of a run (`arjet bench`'s columns), plus the device time of a replayed step."""
     from dataclasses import fields
 
-    from ..bench import BenchResult
+    from ..samplers import BenchResult
 
     known = {f.name for f in fields(SamplerSummary)}
     summaries = [SamplerSummary(**{k: v for k, v in s.items() if k in known}) for s in run["summaries"]]

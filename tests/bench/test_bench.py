@@ -2,8 +2,8 @@
 
 import pytest
 
-from arjet.eval.bench import run_bench
-from arjet.eval.speed import load_warning, timing_warnings
+from arjet.bench.samplers import run_bench
+from arjet.bench.speed import load_warning, timing_warnings
 from arjet.testing import tiny_pipeline
 
 

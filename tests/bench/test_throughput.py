@@ -5,7 +5,7 @@ import contextlib
 import pytest
 import torch
 
-from arjet.eval.throughput import _percentile, run_throughput
+from arjet.bench.throughput import _percentile, run_throughput
 from arjet.testing import tiny_pipeline
 
 PROMPTS = ["a red circle", "a blue square", "star", "a green star", "a", "two circles"]

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from arjet.eval.suite import (
+from arjet.bench.suite import (
     SUITES,
     BenchRun,
     Figure,
@@ -269,7 +269,7 @@ def test_the_report_renders_from_its_json(tmp_path):
 
 
 def test_capture_counts_are_per_call_and_replays_are_timed_after_capture():
-    from arjet.eval.suite.run import _capture_per_call
+    from arjet.bench.suite.run import _capture_per_call
 
     def record(call, images, captures, replays, replay_seconds):
         counts = dict(
@@ -323,7 +323,7 @@ def test_a_section_captures_on_the_gpu(tmp_path):
 
 
 def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
-    from arjet.eval.suite import ThroughputRun
+    from arjet.bench.suite import ThroughputRun
 
     path = tmp_path / "section.json"
     section = Section(
