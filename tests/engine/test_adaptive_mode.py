@@ -10,7 +10,7 @@ import torch
 
 from arjet.engine import Engine
 from arjet.pipelines.adaptive import CostModel
-from arjet.samplers import LogitsPolicy, speculative
+from arjet.samplers import LogitsPolicy, jacobi
 from arjet.testing import tiny_pipeline
 
 from stats import exact_joint, goodness_of_fit
@@ -71,7 +71,7 @@ def test_the_adaptive_mode_is_exact_when_its_window_changes_at_every_step(family
 
 def test_negative_control_wrong_maths_in_the_adaptive_mode_is_rejected(monkeypatch):
     """The same test, through the engine, rejects verification whose residual is replaced by `p`."""
-    monkeypatch.setattr(speculative, "residual", lambda target, q: target)
+    monkeypatch.setattr(jacobi, "residual", lambda target, q: target)
     monkeypatch.setattr(CostModel, "choose", lambda self, size, busy: max(self.windows))
     pipe, exact = _setup("emu3")
     samples, _ = _draw(pipe, samples=2 * SAMPLES)

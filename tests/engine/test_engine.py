@@ -277,6 +277,54 @@ def test_lanes_are_bounded_and_must_fit_in_memory(monkeypatch):
     Engine(pipe, lanes=1, prompt_tokens=8, max_groups=1)  # a few kB fit
 
 
+def test_an_engine_takes_a_config_and_overrides():
+    """`Engine(pipe, config, **overrides)`: a named config (the faces' defaults) with fields replaced; the
+    flat keywords alone keep working, and the bounds are `arjet.limits`'."""
+    from arjet.limits import DEFAULT_ENGINE, DEMO_ENGINE, MAX_LANES, SERVE_ENGINE, EngineConfig
+
+    pipe = _pipe("janus")
+    assert (SERVE_ENGINE.lanes, SERVE_ENGINE.max_queue, SERVE_ENGINE.time_limit) == (8, 64, 120.0)
+    assert (DEMO_ENGINE.lanes, DEMO_ENGINE.max_queue, DEMO_ENGINE.time_limit) == (4, 16, 60.0)
+    assert EngineConfig() == DEFAULT_ENGINE and MAX_LANES == 1024
+    engine = Engine(pipe, SERVE_ENGINE, lanes=1, prompt_tokens=32)
+    assert engine.config == EngineConfig(lanes=1, max_queue=64, prompt_tokens=32, time_limit=120.0)
+    assert (engine.lanes, engine.max_queue, engine.time_limit, engine.compile) == (1, 64, 120.0, "none")
+    flat = Engine(pipe, lanes=2, max_queue=5, prompt_tokens=32)
+    assert flat.config == EngineConfig(lanes=2, max_queue=5, prompt_tokens=32)
+    with pytest.raises(ValueError, match="compile must be True, False or one of none, cuda-graphs"):
+        EngineConfig(compile="fast")
+    with pytest.raises(ValueError, match="config must be an arjet.limits.EngineConfig or None, got 8"):
+        Engine(pipe, 8)
+    with pytest.raises(TypeError, match="lane"):
+        Engine(pipe, lane=2)
+
+
+def test_sampling_options_go_to_submit_whole_or_as_keywords():
+    """`submit(sampling=SamplingOptions(...))` is `submit(temperature=..., ...)`: the same group, the same
+    codes; giving both, or a keyword that is no option, is refused before anything is queued."""
+    from arjet.samplers import SamplingOptions
+
+    pipe = _pipe("janus")
+    options = SamplingOptions(guidance_scale=2.0, temperature=0.7, top_k=3)
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        whole = engine.submit(PROMPTS[0], sampler="sjd:window=3", seed=4, sampling=options)
+        flat = engine.submit(PROMPTS[0], sampler="sjd:window=3", seed=4, **options.kwargs())
+        assert whole.group == flat.group and whole.group.sampling == options
+        assert torch.equal(whole.result(timeout=120).codes, flat.result(timeout=120).codes)
+        left_out = engine.submit(PROMPTS[1], seed=1, output_type="latent")
+        assert left_out.group.sampling == SamplingOptions(
+            pipe.checkpoint_guidance_scale(), 1.0, pipe.default_top_k, None
+        )
+        left_out.result(timeout=120)
+        with pytest.raises(ValueError, match="pass sampling= or temperature=, not both"):
+            engine.submit("a", sampling=options, temperature=0.5)
+        with pytest.raises(TypeError, match="submit\\(\\) got an unexpected keyword argument 'colour'"):
+            engine.submit("a", colour="red")
+        assert engine.queued == 0
+    expected = pipe(PROMPTS[0], sampler="sjd:window=3", seed=4, output_type="latent", **options.kwargs())
+    assert torch.equal(whole.result().codes, expected.codes[0])
+
+
 # -- failures stay with what failed -----------------------------------------------------------------------
 @pytest.mark.parametrize("sampler", ["mc-sjd:window=4", "zipar:w=2"])
 def test_a_step_callback_that_raises_fails_only_its_own_request(sampler):

@@ -220,7 +220,9 @@ def test_the_processed_distribution_is_generates():
     warped = logits
     for warper in (TemperatureLogitsWarper(0.9), TopKLogitsWarper(50), TopPLogitsWarper(0.75)):
         warped = warper(None, warped)
-    torch.testing.assert_close(LogitsPolicy(0.9, 50, 0.75).probs(logits), warped.softmax(-1))
+    torch.testing.assert_close(
+        LogitsPolicy(temperature=0.9, top_k=50, top_p=0.75).probs(logits), warped.softmax(-1)
+    )
 
 
 # -- the diffusion stage -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from arjet.pipelines.inputs import OUTPUT_TYPES, GenerationInputs, image_generators
+from arjet.samplers import SamplingOptions
 from arjet.testing import tiny_pipeline
 
 
@@ -17,10 +18,28 @@ def pipe():
 
 
 def test_the_call_and_check_inputs_take_exactly_the_declared_arguments(pipe):
-    declared = [name for name in inspect.signature(GenerationInputs).parameters]
-    shown = list(inspect.signature(type(pipe).__call__).parameters)
-    assert shown == ["self", *declared]
-    assert inspect.signature(type(pipe).__call__).parameters["sampler"].default == "ar"
+    """The call's keywords are `GenerationInputs`' fields, `sampling` spelled as `SamplingOptions`' four."""
+    declared = []
+    for name in inspect.signature(GenerationInputs).parameters:
+        declared += SamplingOptions.names() if name == "sampling" else [name]
+    assert SamplingOptions.names() == ("guidance_scale", "temperature", "top_k", "top_p")
+    shown = inspect.signature(type(pipe).__call__).parameters
+    assert list(shown) == ["self", *declared]
+    assert shown["sampler"].default == "ar" and shown["temperature"].default == 1.0
+    assert shown["guidance_scale"].default is None
+
+
+def test_the_sampling_keywords_become_one_resolved_value(pipe):
+    """`pipe(guidance_scale=..., temperature=..., top_k=..., top_p=...)` is one `SamplingOptions`, None numbers
+    and a left-out temperature filled from the pipeline's defaults; the call's policy is its."""
+    call = pipe.check_inputs("a red circle", temperature=0.5, top_p=0.9)
+    defaults = pipe.sampling_defaults()
+    assert call.sampling == SamplingOptions(defaults.guidance_scale, 0.5, defaults.top_k, 0.9)
+    assert call.guidance_scale == defaults.guidance_scale
+    assert (call.policy.temperature, call.policy.top_k, call.policy.top_p) == (0.5, defaults.top_k, 0.9)
+    assert pipe.check_inputs("a red circle").sampling == defaults
+    given = GenerationInputs.from_call("a", None, {"top_k": None, "guidance_scale": 2.0}, defaults)
+    assert given.sampling == SamplingOptions(2.0, defaults.temperature, defaults.top_k, defaults.top_p)
 
 
 def test_help_says_what_each_output_type_returns(pipe):

@@ -1,13 +1,13 @@
 """SJD's draft initialisation schemes: each reads the neighbour it names, and falls back only when it is unknown.
 
-`initial_draft` below is the reference, one cell at a time; `fill_drafts` (what the samplers run) guesses a
+`initial_draft` below is the reference, one cell at a time; `fill_guesses` (what the samplers run) guesses a
 whole window's fresh slots at once and is tested equal to guessing them one after the other."""
 
 import pytest
 import torch
 
 from arjet.samplers import SJD
-from arjet.samplers.drafts import INIT_SCHEMES, fill_drafts, random_codes
+from arjet.samplers.jacobi import INIT_SCHEMES, fill_guesses, random_codes
 
 WIDTH, VOCAB = 4, 10
 
@@ -107,7 +107,7 @@ def test_filling_a_lane_at_once_equals_guessing_slot_by_slot(scheme, first):
     drafts = torch.zeros(1, 1, 7, dtype=torch.long)
     drafts[0, 0, :first] = kept
     fresh = (torch.arange(7) >= first)[None, None]
-    guesses, drawn = fill_drafts(
+    guesses, drawn = fill_guesses(
         scheme,
         drafts,
         fresh=fresh,
@@ -130,7 +130,7 @@ def test_only_guesses_that_are_random_codes_are_declared_uniform():
     # the slots after it repeat that code (point masses: their value follows from the one before)
     board = torch.full((1, 12), -1)
     u = torch.full((1, 1, 4), 0.55, dtype=torch.float64)
-    guesses, drawn = fill_drafts(
+    guesses, drawn = fill_guesses(
         "repeat_horizontal",
         torch.zeros(1, 1, 4, dtype=torch.long),
         fresh=torch.ones(1, 1, 4, dtype=torch.bool),

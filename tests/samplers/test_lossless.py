@@ -22,13 +22,13 @@ from arjet.samplers import (
     LogitsPolicy,
     ZipAR,
     eagle,
+    jacobi,
     sjd_pac,
-    speculative,
 )
-from arjet.samplers import drafts as drafts_module
 from arjet.samplers import eagle2 as eagle2_module
+from arjet.samplers.jacobi import verify_candidates
 from arjet.samplers.random import sample as sampler_sample
-from arjet.samplers.sjd_pac import tree_nodes, verify_siblings
+from arjet.samplers.sjd_pac import tree_nodes
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import guidance_of, statistical_logit_scale
@@ -168,16 +168,16 @@ def _before_top_k(q):
     return torch.where(removed.any(-1, keepdim=True), 0.7 * q + 0.3 * spread, q)
 
 
-_verify = speculative.verify
+_verify = jacobi.verify
 
 
 def _verify_with_q_before_top_k(target_p, drafts, **kwargs):
     """Verification (acceptance test and residual) against proposals taken before top-k."""
-    wrong = drafts_module.Drafts(drafts.codes, _before_top_k(drafts.proposals))
+    wrong = jacobi.Drafts(drafts.codes, _before_top_k(drafts.proposals))
     return _verify(target_p, wrong, **kwargs)
 
 
-WRONG_MATHS = {  # attribute of arjet.samplers.speculative (the shared window step) -> a subtly wrong one
+WRONG_MATHS = {  # attribute of arjet.samplers.jacobi (the shared window step) -> a subtly wrong one
     "residual-replaced-by-p": {"residual": lambda target, q: target},
     "q-taken-before-top-k": {"verify": _verify_with_q_before_top_k},
 }
@@ -203,7 +203,7 @@ def test_negative_control_wrong_speculative_maths_is_rejected(grid_family, wrong
     is caught where it is large, in `test_speculative.py`."""
     pipe, exact = _setup(grid_family)
     for name, replacement in WRONG_MATHS[wrong].items():
-        monkeypatch.setattr(speculative, name, replacement)
+        monkeypatch.setattr(jacobi, name, replacement)
     assert goodness_of_fit(_draw(pipe, SJD(window=3), samples=2 * SAMPLES), exact) < REJECT_BELOW
 
 
@@ -249,9 +249,7 @@ class _ContinuationCommits(sjd_pac.TreeStepper):
         slots, accepted = self.slots, verdict.accepted[:, None]
         proposals, drafts = self.drafts.proposals, self.drafts.codes
         position = torch.arange(slots)
-        kept = (
-            speculative.passes(p[:, :slots], proposals, path, uniforms.couple[:, :slots]) & valid[:, :slots]
-        )
+        kept = jacobi.passes(p[:, :slots], proposals, path, uniforms.couple[:, :slots]) & valid[:, :slots]
         run = (kept | (position <= accepted)).long().cumprod(1).sum(1) - (verdict.accepted + 1)
         main_line = ((path == drafts) | (position >= accepted)).all(1)
         more = torch.where(verdict.rejected & main_line, run.clamp(0, self.tree.depth), 0)
@@ -286,10 +284,10 @@ def _longest_path_walk(generator):
                 drawn = torch.zeros_like(q, dtype=torch.bool)
                 for k in range(width):
                     child = int(tree.children[parent, k])
-                    r = q if k == 0 else sjd_pac.sibling_proposal(q, drawn)
-                    passed[child] = speculative.passes(target, r, candidates[:, k], u_node[:, child])
+                    r = q if k == 0 else jacobi.candidate_proposal(q, drawn)
+                    passed[child] = jacobi.passes(target, r, candidates[:, k], u_node[:, child])
                     passed[child] &= valid[:, j]
-                    rest = speculative.residual(target, r)
+                    rest = jacobi.residual(target, r)
                     target = rest / rest.sum(-1, keepdim=True)
                     drawn = drawn.scatter(-1, candidates[:, k : k + 1], True)
                     below.append(child)
@@ -469,7 +467,7 @@ def _long_row_drafted():
 
 def _as_jacobi_draws(*args, sibling_q=None, **kwargs):
     """The drafter's siblings verified as if drawn from the Jacobi draft's proposal."""
-    return verify_siblings(*args, **kwargs)
+    return verify_candidates(*args, **kwargs)
 
 
 def test_eagle_over_jacobi_drafts_is_lossless_where_the_controls_are_not():
@@ -479,7 +477,7 @@ def test_eagle_over_jacobi_drafts_is_lossless_where_the_controls_are_not():
 
 
 def test_negative_control_drafter_siblings_verified_as_jacobi_draws_is_rejected(monkeypatch):
-    monkeypatch.setattr(sjd_pac, "verify_siblings", _as_jacobi_draws)
+    monkeypatch.setattr(sjd_pac, "verify_candidates", _as_jacobi_draws)
     _, exact = _one_tree_setup(NO_TOP_K)
     codes = _draw(_one_tree_drafted(), JACOBI_CHAIN, samples=2 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW
@@ -494,7 +492,7 @@ def test_eagle_over_jacobi_drafts_is_lossless_across_windows():
 
 
 def test_negative_control_drafter_siblings_verified_as_jacobi_draws_across_windows(monkeypatch):
-    monkeypatch.setattr(sjd_pac, "verify_siblings", _as_jacobi_draws)
+    monkeypatch.setattr(sjd_pac, "verify_candidates", _as_jacobi_draws)
     drafted, exact = _long_row_drafted()
     codes = _draw(drafted, JACOBI_CHAIN, samples=4 * SAMPLES, policy=NO_TOP_K)
     assert goodness_of_fit(codes, exact) < REJECT_BELOW

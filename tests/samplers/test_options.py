@@ -7,8 +7,8 @@ import pytest
 
 from arjet import samplers
 from arjet.samplers import SJD, SJD2, SJDPAC, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
+from arjet.samplers.jacobi import RuleSampler
 from arjet.samplers.options import option as declared
-from arjet.samplers.speculative import RuleSampler
 
 
 @pytest.mark.parametrize("name", samplers.available())

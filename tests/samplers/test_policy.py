@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from arjet.samplers import LogitsPolicy, Temperature, TopK, TopP
+from arjet.samplers import LogitsPolicy, SamplingOptions, Temperature, TopK, TopP
 from arjet.samplers.random import ImageRandom, sample
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, 3.0, 1.0]])
@@ -115,3 +115,32 @@ def test_per_image_streams_do_not_depend_on_the_batch():
     assert torch.equal(together[1], alone[0])
     with pytest.raises(ValueError, match="one per image"):
         ImageRandom([torch.Generator()], 2)
+
+
+# -- SamplingOptions: the four values as one -------------------------------------------------------------
+def test_sampling_options_are_one_value_made_from_keywords():
+    options = SamplingOptions.from_kwargs({"temperature": 0.5, "top_k": 3})
+    assert options == SamplingOptions(None, 0.5, 3, None)
+    assert SamplingOptions.names() == ("guidance_scale", "temperature", "top_k", "top_p")
+    assert options.kwargs() == {"guidance_scale": None, "temperature": 0.5, "top_k": 3, "top_p": None}
+    assert SamplingOptions.from_kwargs(options.kwargs()) == options
+    assert hash(options) == hash(SamplingOptions(None, 0.5, 3, None))  # a group's key
+    with pytest.raises(
+        ValueError, match="unexpected sampling option.* seed; the sampling options are guidance"
+    ):
+        SamplingOptions.from_kwargs({"seed": 1})
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        SamplingOptions.from_kwargs({"temperature": None})
+
+
+def test_resolving_fills_only_the_numbers_left_out():
+    """None guidance / top-k / top-p take the defaults'; the temperature is always the options' own, and the
+    merged numbers are checked together (the overflow check sees the guidance the decode uses)."""
+    defaults = SamplingOptions(5.0, 0.9, 50, 0.75)
+    assert SamplingOptions(None, 0.5).resolved(defaults) == SamplingOptions(5.0, 0.5, 50, 0.75)
+    assert SamplingOptions(2.0, 1.0, 3, 0.5).resolved(defaults) == SamplingOptions(2.0, 1.0, 3, 0.5)
+    assert SamplingOptions.from_kwargs({"top_k": None}, defaults) == defaults
+    with pytest.raises(ValueError, match="temperature=1e-30 with guidance_scale=5.0 scales the logits by 5e"):
+        SamplingOptions(None, 1e-30).resolved(defaults)
+    policy = SamplingOptions(None, 0.5, 3, 0.9).policy()
+    assert (policy.temperature, policy.top_k, policy.top_p) == (0.5, 3, 0.9)

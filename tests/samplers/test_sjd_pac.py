@@ -7,14 +7,13 @@ import torch
 
 from arjet import samplers
 from arjet.samplers import SJD, SJDPAC, sample
-from arjet.samplers.sjd_pac import (
-    TreeLayout,
-    draw_siblings,
-    sibling_proposal,
-    tree_nodes,
-    verify_siblings,
+from arjet.samplers.jacobi import (
+    candidate_proposal,
+    draw_candidates,
+    residual,
+    verify_candidates,
 )
-from arjet.samplers.speculative import residual
+from arjet.samplers.sjd_pac import TreeLayout, tree_nodes
 from arjet.testing import tiny_pipeline
 
 from families import all_cells
@@ -141,10 +140,10 @@ Q = torch.tensor([0.1, 0.6, 0.2, 0.1], dtype=torch.float64)
 def test_the_first_passing_sibling_wins():
     candidates = torch.tensor([[1, 0, 2]])
     # the main draft (code 1, t/q = 0.5) passes with u = 0.4 although sibling 1 would pass too
-    rank, found, _ = verify_siblings(T[None], Q[None], candidates, torch.tensor([[0.4, 0.1, 0.1]]))
+    rank, found, _ = verify_candidates(T[None], Q[None], candidates, torch.tensor([[0.4, 0.1, 0.1]]))
     assert (rank.item(), found.item()) == (0, True)
     # u = 0.6 rejects it; sibling 1 (code 0) is tested against the residual
-    rank, found, _ = verify_siblings(T[None], Q[None], candidates, torch.tensor([[0.6, 0.1, 0.1]]))
+    rank, found, _ = verify_candidates(T[None], Q[None], candidates, torch.tensor([[0.6, 0.1, 0.1]]))
     assert (rank.item(), found.item()) == (1, True)
 
 
@@ -152,9 +151,11 @@ def test_recursive_residuals_by_hand():
     """Main draft 1 and sibling 0 rejected: t1 = norm(max(0, t - q)) = [0.4, 0, 0, 0]/0.4 -> [1, 0, 0, 0];
     sibling 0 is drawn from q without code 1 ([0.25, 0, 0.5, 0.25]), so r1(0) = 0.25 < t1(0) = 1 always
     passes; with code 2 instead it fails (t1(2) = 0) and t2 = norm(max(0, t1 - r1)) = [1, 0, 0, 0]."""
-    r1 = sibling_proposal(Q[None], torch.tensor([[False, True, False, False]]))
+    r1 = candidate_proposal(Q[None], torch.tensor([[False, True, False, False]]))
     torch.testing.assert_close(r1[0], torch.tensor([0.25, 0.0, 0.5, 0.25], dtype=torch.float64))
-    rank, found, rest = verify_siblings(T[None], Q[None], torch.tensor([[1, 2]]), torch.tensor([[0.9, 0.01]]))
+    rank, found, rest = verify_candidates(
+        T[None], Q[None], torch.tensor([[1, 2]]), torch.tensor([[0.9, 0.01]])
+    )
     assert not found.item()
     t1 = residual(T, Q)
     t1 = t1 / t1.sum()
@@ -167,14 +168,14 @@ def test_siblings_are_drawn_without_replacement_and_fall_back_to_uniform():
     q = torch.tensor([[0.7, 0.2, 0.1, 0.0, 0.0]]).expand(5000, -1)
     main = sample(q, torch.rand(5000, generator=torch.Generator().manual_seed(0)))
     u = torch.rand(5000, 3, generator=torch.Generator().manual_seed(1))
-    siblings = draw_siblings(q, main, u)
+    siblings = draw_candidates(q, main, u)
     everything = torch.cat([main[:, None], siblings], 1)
     assert all(len(set(row)) == 4 for row in everything.tolist())  # four distinct codes per depth
     # the proposal's support (3 codes) runs out at the third sibling: it is uniform over the two left
     assert set(siblings[:, 2].tolist()) <= {3, 4} and set(siblings[:, :2].flatten().tolist()) <= {0, 1, 2}
     # a point-mass proposal (a guessed draft) gets uniform siblings
     point = torch.tensor([[0.0, 1.0, 0.0, 0.0, 0.0]]).expand(5000, -1)
-    siblings = draw_siblings(point, torch.ones(5000, dtype=torch.long), u[:, :1])
+    siblings = draw_candidates(point, torch.ones(5000, dtype=torch.long), u[:, :1])
     counts = torch.bincount(siblings[:, 0], minlength=5)
     assert counts[1] == 0 and (counts[[0, 2, 3, 4]] > 1100).all()
 
@@ -188,7 +189,7 @@ def _multi_draft(target, q, width, seed, wrong=None, sibling_q=None):
     sibling_q = q if sibling_q is None else sibling_q.expand(DRAWS, -1)
     declared = q if wrong == "siblings declared drawn from q" else sibling_q
     main = sample(q, u[:, 0])
-    siblings = draw_siblings(sibling_q, main, u[:, 1:width])
+    siblings = draw_candidates(sibling_q, main, u[:, 1:width])
     candidates = torch.cat([main[:, None], siblings], 1)
     if wrong == "siblings tested against t":  # no recursive residual: every sibling against the target
         ok = torch.stack(
@@ -197,7 +198,7 @@ def _multi_draft(target, q, width, seed, wrong=None, sibling_q=None):
         found, rank = ok.any(1), ok.long().argmax(1)
         rest = residual(t, q)
     else:
-        rank, found, rest = verify_siblings(t, q, candidates, u[:, width : 2 * width], sibling_q=declared)
+        rank, found, rest = verify_candidates(t, q, candidates, u[:, width : 2 * width], sibling_q=declared)
     if wrong == "resample from t":
         rest = t
     return torch.where(found, candidates.gather(1, rank[:, None])[:, 0], sample(rest, u[:, -1]))
@@ -252,8 +253,8 @@ def test_siblings_raise_acceptance():
         u = torch.rand(DRAWS, 2 * width, generator=generator, dtype=torch.float64)
         q = Q.expand(DRAWS, -1)
         main = sample(q, u[:, 0])
-        candidates = torch.cat([main[:, None], draw_siblings(q, main, u[:, 1:width])], 1)
-        _, found, _ = verify_siblings(T.expand(DRAWS, -1), q, candidates, u[:, width:])
+        candidates = torch.cat([main[:, None], draw_candidates(q, main, u[:, 1:width])], 1)
+        _, found, _ = verify_candidates(T.expand(DRAWS, -1), q, candidates, u[:, width:])
         accepted.append(found.double().mean().item())
     overlap = torch.minimum(T, Q).sum().item()  # 1 - TV: SJD's acceptance
     assert abs(accepted[0] - overlap) < 5 * np.sqrt(overlap * (1 - overlap) / DRAWS)

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from arjet.samplers import sample
-from arjet.samplers.drafts import Drafts
-from arjet.samplers.speculative import Exact, RuleContext, couple, passes, residual, verify
+from arjet.samplers.jacobi import Drafts, Exact, RuleContext, couple, passes, residual, verify
 
 from stats import chisquare_p_value
 

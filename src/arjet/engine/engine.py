@@ -43,14 +43,16 @@ from typing import Any
 import torch
 
 from .. import checks
+from ..limits import DEFAULT_ENGINE, KEY_LIMIT, MAX_LANES, EngineConfig
+from ..limits import time_limit as _time_limit
 from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, widest_spec, window_runs
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import Sampler, SamplingOptions
-from ..samplers.random import KEY_LIMIT, image_keys
+from ..samplers.random import image_keys
 from ..session.capture import compile_mode
 from .admission import Estimate, Load, Throughput
-from .lanes import MAX_LANES, LaneGroup, LaneStatus, buckets, check_lane_memory
+from .lanes import LaneGroup, LaneStatus, buckets, check_lane_memory
 from .requests import (
     Cancelled,
     DecodeFailed,
@@ -116,39 +118,35 @@ class _Plan:
 class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
 
-    `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the device's
-    free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it); `prompt_tokens`:
-    the longest prompt (chat template included) a request may have, the size of every lane's prompt region;
-    `max_groups`: groups decoding side by side; `time_limit`: seconds a request may take from its submission
-    (None: no limit; a request expected to take longer is refused with `Overloaded`); `compile`: as
-    `pipe(..., compile=)`; `clock`: the clock of time limits and of the admission's estimates (tests step
-    it by hand); the stats' durations use `time.monotonic`."""
+    `config`: what the engine takes on (`arjet.limits.EngineConfig`: lanes, max_queue, prompt_tokens,
+    max_groups, time_limit, compile; default `DEFAULT_ENGINE`), `overrides`: any of those fields by name,
+    which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
+    work). `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the
+    device's free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it);
+    `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of every
+    lane's prompt region; `max_groups`: groups decoding side by side; `time_limit`: seconds a request may
+    take from its submission (None: no limit; a request expected to take longer is refused with
+    `Overloaded`); `compile`: as `pipe(..., compile=)`; `clock`: the clock of time limits and of the
+    admission's estimates (tests step it by hand); the stats' durations use `time.monotonic`."""
 
     def __init__(
         self,
         pipe: BaseARPipeline,
+        config: EngineConfig | None = None,
         *,
-        lanes: int = 8,
-        max_queue: int = 64,
-        prompt_tokens: int = 256,
-        max_groups: int = 2,
-        time_limit: float | None = None,
-        compile: bool | str = False,
         clock: Callable[[], float] = time.monotonic,
+        **overrides: Any,
     ):
-        checks.integer("lanes", lanes, 1, MAX_LANES)
-        for name, value in (
-            ("max_queue", max_queue),
-            ("prompt_tokens", prompt_tokens),
-            ("max_groups", max_groups),
-        ):
-            checks.integer(name, value, 1)
+        if config is not None and not isinstance(config, EngineConfig):
+            raise ValueError(f"config must be an arjet.limits.EngineConfig or None, got {config!r}")
+        config = dataclasses.replace(config or DEFAULT_ENGINE, **overrides)
         if not callable(clock):
             raise ValueError(f"clock must be a function returning seconds, got {clock!r}")
-        self.pipe = pipe
-        self.lanes, self.max_queue, self.prompt_tokens = lanes, max_queue, prompt_tokens
-        self.max_groups, self.time_limit = max_groups, _time_limit(time_limit)
-        self.compile = compile_mode(compile, pipe._execution_device)
+        self.pipe, self.config = pipe, config
+        lanes, max_groups, prompt_tokens = config.lanes, config.max_groups, config.prompt_tokens
+        self.lanes, self.max_queue, self.prompt_tokens = lanes, config.max_queue, prompt_tokens
+        self.max_groups, self.time_limit = max_groups, config.time_limit
+        self.compile = compile_mode(config.compile, pipe._execution_device)
         check_lane_memory(pipe, lanes, max_groups, prompt_tokens)
         self.clock = clock
         self.stats = EngineStats()
@@ -234,22 +232,23 @@ class Engine:
         generator: torch.Generator | None = None,
         height: int | None = None,
         width: int | None = None,
-        guidance_scale: float | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
+        sampling: SamplingOptions | None = None,
         output_type: str = "pil",
         on_step: Callable[[torch.Tensor], None] | None = None,
         time_limit: float | None = None,
+        **values: Any,
     ) -> Request:
         """Queue one image; returns the `Request` (`request.result()` waits for its `EngineResult`, whose
         `image` is in `output_type` as `pipe(...)` makes it; `request.cancel()` stops it). Every argument is
         checked as `pipe(...)` checks it, before it is queued; `sampler="adaptive"` is the engine's adaptive
-        mode. `on_step(codes)` gets the image's codes `[H, W]` (-1 where not decoded yet) after every step
-        (from the engine's thread: keep it quick; if it raises, the request fails with its error).
-        `time_limit`: seconds from now (None: the engine's). Raises `QueueFull` when `max_queue` requests
-        wait already, `Overloaded` when the request is expected to take longer than its time limit (both
-        with `retry_after` seconds), `EngineStopped` when the engine takes no more work."""
+        mode. `sampling`: the `SamplingOptions` (guidance scale, temperature, top-k, top-p), or give them as
+        keywords (`guidance_scale=`, `temperature=`, `top_k=`, `top_p=`; not both): None numbers are the
+        pipeline's defaults, temperature left out is 1. `on_step(codes)` gets the image's codes `[H, W]`
+        (-1 where not decoded yet) after every step (from the engine's thread: keep it quick; if it raises,
+        the request fails with its error). `time_limit`: seconds from now (None: the engine's). Raises
+        `QueueFull` when `max_queue` requests wait already, `Overloaded` when the request is expected to take
+        longer than its time limit (both with `retry_after` seconds), `EngineStopped` when the engine takes no
+        more work."""
         self._check_running()
         limit = self.time_limit if time_limit is None else _time_limit(time_limit)
         if on_step is not None and not callable(on_step):
@@ -261,10 +260,7 @@ class Engine:
             generator=generator,
             height=height,
             width=width,
-            guidance_scale=guidance_scale,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
+            sampling=_sampling_kwargs("submit", sampling, values),
             output_type=output_type,
             on_step=on_step,
             deadline=None if limit is None else self.clock() + limit,
@@ -288,6 +284,8 @@ class Engine:
         count = self.lanes if images is None else checks.integer("images", images, 1, MAX_LANES)
         self.start()
         self._check_running()
+        values = {name: options.pop(name) for name in SamplingOptions.names() if name in options}
+        options["sampling"] = _sampling_kwargs("warm_up", options.pop("sampling", None), values)
         requests = [
             self._request(prompt, sampler=sampler, seed=i, output_type="latent", **options)
             for i in range(count)
@@ -320,15 +318,14 @@ class Engine:
         generator: torch.Generator | None = None,
         height: int | None = None,
         width: int | None = None,
-        guidance_scale: float | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
+        sampling: dict[str, Any] | None = None,
         output_type: str = "pil",
         on_step: Callable[[torch.Tensor], None] | None = None,
         deadline: float | None = None,
     ) -> Request:
-        """A checked request (as `pipe(...)` checks its arguments), not queued yet."""
+        """A checked request (as `pipe(...)` checks its arguments), not queued yet; `sampling`: the sampling
+        options as `pipe(...)`'s keywords (`_sampling_kwargs`; None: the defaults)."""
+        sampling = _sampling_kwargs("submit", None, {}) if sampling is None else sampling
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a string, got {type(prompt).__name__}: {prompt!r}")
         adaptive = is_adaptive(sampler)
@@ -341,10 +338,7 @@ class Engine:
             generator=generator,
             height=height,
             width=width,
-            guidance_scale=guidance_scale,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
+            **sampling,
             output_type=output_type,
         )
         length = self.pipe.prompt_length(prompt, call.grid)
@@ -353,15 +347,11 @@ class Engine:
                 f"prompt {prompt[:40]!r} is {length} tokens (chat template included), more than this engine's "
                 f"prompt_tokens={self.prompt_tokens}; shorten it"
             )
-        options = SamplingOptions(call.guidance_scale, temperature, call.policy.top_k, top_p)
-        group = GroupKey(
-            ADAPTIVE if adaptive else call.sampler_label,
-            call.grid,
-            options.guidance_scale,
-            options.temperature,
-            options.top_k,
-            options.top_p,
+        resolved = call.sampling  # the group's top-p as given: None leaves it to each `pipe(...)` call
+        options = SamplingOptions(
+            resolved.guidance_scale, resolved.temperature, resolved.top_k, sampling["top_p"]
         )
+        group = GroupKey(ADAPTIVE if adaptive else call.sampler_label, call.grid, options)
         generator = call.generators[0] if isinstance(call.generators, list) else call.generators
         generator_state = generator.get_state()  # for a pipe(...) call, which draws the key again
         return Request(
@@ -577,10 +567,7 @@ class Engine:
             [window for window in windows if window > 1],
             height=request.size[0],
             width=request.size[1],
-            guidance_scale=key.guidance_scale,
-            temperature=key.temperature,
-            top_k=key.top_k,
-            top_p=key.top_p,
+            **key.sampling.kwargs(),
         )
         return CostModel.measure(group.step, buckets(self.lanes), windows, lambda w: runs[w].codes_per_pass)
 
@@ -694,10 +681,7 @@ class Engine:
                 generator=[torch.Generator().set_state(request.generator_state) for request in requests],
                 height=requests[0].size[0],
                 width=requests[0].size[1],
-                guidance_scale=key.guidance_scale,
-                temperature=key.temperature,
-                top_k=key.top_k,
-                top_p=key.top_p,
+                **key.sampling.kwargs(),
                 output_type="latent",
                 callback_on_step_end=on_step if watched else None,
             )
@@ -758,13 +742,21 @@ class Engine:
         return [*self._queue, *self._taken, *in_lanes]
 
 
-def _time_limit(value: Any) -> float | None:
-    """A time limit in seconds (> 0), or None for none; ValueError naming the bad value otherwise."""
-    if value is None:
-        return None
-    return checks.number(
-        "time_limit", value, 0.0, exclusive_minimum=True, note="seconds, or None for no limit"
-    )
+def _sampling_kwargs(where: str, sampling: SamplingOptions | None, values: dict[str, Any]) -> dict[str, Any]:
+    """The sampling options of a request as `pipe(...)`'s four keywords: `sampling` whole, or `values` (any of
+    the four names; temperature 1 where left out), not both; TypeError naming another keyword, as a call
+    does. The pipeline checks the numbers (`check_inputs`), resolving None ones as `pipe(...)` does."""
+    names = SamplingOptions.names()
+    for name in values:
+        if name not in names:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+    if sampling is None:
+        return {**dict.fromkeys(names), "temperature": 1.0, **values}
+    if not isinstance(sampling, SamplingOptions):
+        raise ValueError(f"sampling must be a SamplingOptions or None, got {sampling!r}")
+    if values:
+        raise ValueError(f"pass sampling= or {', '.join(sorted(values))}=, not both")
+    return sampling.kwargs()
 
 
 def _render(pipe: BaseARPipeline, request: Request, codes: torch.Tensor) -> Any:

@@ -17,12 +17,10 @@ import torch
 
 from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
-from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, LogitsPolicy, Sampler, Stepper
+from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Sampler, Stepper
 from ..session import DecodingSession, Prefix
 from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from .requests import GroupKey, Request
-
-MAX_LANES = 1024  # images one group decodes at once (each lane is a row of a static cache, and a view)
 
 
 def kv_bytes_per_slot(pipe: BaseARPipeline) -> int | None:
@@ -91,7 +89,7 @@ class LaneGroup:
     ):
         self.pipe, self.key, self.sampler, self.lanes = pipe, key, sampler, lanes
         self.prompt_tokens = prompt_tokens
-        self.guided = key.guidance_scale != 1
+        self.guided = key.sampling.guidance_scale != 1
         device = pipe._execution_device
         rows = lanes * (2 if self.guided else 1)
         idle = Prefix(  # no prompt yet: every slot hidden (each query still sees itself, so nothing is NaN)
@@ -103,12 +101,12 @@ class LaneGroup:
             pipe.session_adapter(),
             pipe.image_layout(key.grid),
             idle,
-            key.guidance_scale if self.guided else None,
+            key.sampling.guidance_scale if self.guided else None,
             codebook=pipe.image_tokenizer.codebook(),
             noise=pipe.noise_conditioning,
             decoder=pipe.compiled_decoder() if compile in COMPILED_MODES else None,
         )
-        policy = LogitsPolicy(key.temperature, key.top_k, key.top_p)
+        policy = key.sampling.policy()
         random = ImageRandom.from_keys(torch.zeros(lanes, dtype=torch.long), device)
         self.decode = Decode(session, policy, random, DecodeTrace(session))
         self.stepper = sampler.stepper(self.decode)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..pipelines.inputs import CheckedInputs
-from ..samplers import DecodeStats, Sampler
+from ..samplers import DecodeStats, Sampler, SamplingOptions
 
 _ids = itertools.count(1)
 
@@ -63,10 +63,7 @@ class GroupKey:
 
     sampler: str  # the sampler's label, or "adaptive"
     grid: tuple[int, int]
-    guidance_scale: float
-    temperature: float
-    top_k: int | None
-    top_p: float | None
+    sampling: SamplingOptions  # the target distribution (guidance resolved, top-k the family's if left out)
 
 
 @dataclass

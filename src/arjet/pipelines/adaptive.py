@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import samplers as sampler_registry
+from ..samplers import SamplingOptions
 
 if TYPE_CHECKING:
     from .inputs import CheckedInputs
@@ -145,10 +146,7 @@ class ChoiceKey:
 
     grid: tuple[int, int]
     batch: int
-    guidance_scale: float
-    temperature: float
-    top_k: int | None
-    top_p: float | None
+    sampling: SamplingOptions
     compile: str
     threads: int | None
     device: str
@@ -158,14 +156,10 @@ def choose_window(pipe: Any, call: CheckedInputs) -> CheckedInputs:
     """`call` (checked with the adaptive mode's widest sampler) decoded at the window the cost model finds
     fastest for its batch: measured on the first such call (the call's prompts at its size, at every window
     the widest allows), then kept on `pipe`."""
-    policy = call.policy
     key = ChoiceKey(
         call.grid,
         call.batch_size,
-        call.guidance_scale,
-        policy.temperature,
-        policy.top_k,
-        policy.top_p,
+        call.sampling,
         call.compile,
         call.threads,
         str(pipe._execution_device),
@@ -183,10 +177,7 @@ def choose_window(pipe: Any, call: CheckedInputs) -> CheckedInputs:
             num_images_per_prompt=call.num_images_per_prompt,
             height=call.size[0],
             width=call.size[1],
-            guidance_scale=call.guidance_scale,
-            temperature=policy.temperature,
-            top_k=policy.top_k,
-            top_p=policy.top_p,
+            **call.sampling.kwargs(),
             compile=call.compile,
             threads=call.threads,
         )

@@ -26,7 +26,7 @@ from .. import checks
 from .. import samplers as sampler_registry
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
-from ..limits import DEFAULT_LIMITS, Limits
+from ..limits import DEFAULT_LIMITS, MAX_THREADS, Limits
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.capture import compile_mode
@@ -36,7 +36,6 @@ from .adaptive import ADAPTIVE, choose_window, is_adaptive, widest_spec
 from .components import load_component, quiet_loading, weight_classes
 from .decoding import decode_codes
 from .inputs import (
-    MAX_THREADS,
     OUTPUT_TYPES,
     CheckedInputs,
     GenerationInputs,
@@ -278,10 +277,10 @@ class BaseARPipeline(DiffusionPipeline):
         """The tokenizer of the AR model's prompts (the `tokenizer` component; GLM-Image's is its processor's)."""
         return self.tokenizer
 
-    def sampling_defaults(self) -> tuple[float, int | None, float | None]:
-        """(temperature, top_k, top_p) where the call leaves them out (top-k, top-p: None): 1, the family's
-        `default_top_k`, no top-p."""
-        return 1.0, self.default_top_k, None
+    def sampling_defaults(self) -> SamplingOptions:
+        """The sampling options where the call leaves them out (guidance, top-k, top-p: None; temperature:
+        not given): the checkpoint's guidance scale, temperature 1, the family's `default_top_k`, no top-p."""
+        return SamplingOptions(self.checkpoint_guidance_scale(), 1.0, self.default_top_k, None)
 
     def max_positions(self) -> int | None:
         """Positions the model was built for (prompt and image together), None when it has no such bound."""
@@ -395,8 +394,8 @@ class BaseARPipeline(DiffusionPipeline):
         work (prompts are tokenized only to count their tokens, after every other check). Each bad value raises
         a `ValueError` that names it and says what is allowed; `self.limits` bounds the work (images per call,
         prompt length, sampler window)."""
-        temperature, top_k, top_p = self.sampling_defaults()
-        inputs = GenerationInputs.from_call(prompt, negative_prompt, {"temperature": temperature, **options})
+        defaults = self.sampling_defaults()
+        inputs = GenerationInputs.from_call(prompt, negative_prompt, options, defaults)
         limits = self.limits
         prompts = prompt_list("prompt", inputs.prompt, limits.max_prompt_chars)
         negatives = None
@@ -424,12 +423,7 @@ class BaseARPipeline(DiffusionPipeline):
         adaptive = is_adaptive(inputs.sampler)  # checked as its widest window; `__call__` chooses the window
         sampler = sampler_registry.get(widest_spec(limits.max_window) if adaptive else inputs.sampler)
         label = ADAPTIVE if adaptive else sampler_registry.label(inputs.sampler)
-        sampling = SamplingOptions(  # None leaves a number to the checkpoint or family
-            self.checkpoint_guidance_scale() if inputs.guidance_scale is None else inputs.guidance_scale,
-            inputs.temperature,
-            top_k if inputs.top_k is None else inputs.top_k,
-            top_p if inputs.top_p is None else inputs.top_p,
-        )
+        sampling = inputs.sampling  # resolved: None left a number to the checkpoint or family
         if not self.classifier_free_guidance and sampling.guidance_scale != 1:
             raise ValueError(
                 f"guidance_scale={sampling.guidance_scale!r}: {type(self).__name__}'s AR stage has no "
@@ -459,8 +453,7 @@ class BaseARPipeline(DiffusionPipeline):
             sampler=sampler,
             sampler_label=label,
             grid=grid,
-            guidance_scale=sampling.guidance_scale,
-            policy=sampling.policy(),
+            sampling=sampling,
             generators=generators,
             num_images_per_prompt=per_prompt,
             batch_size=batch,

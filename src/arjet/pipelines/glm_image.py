@@ -39,6 +39,7 @@ from transformers import (
 from .. import checks
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
+from ..samplers import SamplingOptions
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder
@@ -193,14 +194,15 @@ class GlmImagePipeline(BaseARPipeline):
         call.stage_options = {"num_inference_steps": steps, "guidance_scale": scale}
         return call
 
-    def sampling_defaults(self) -> tuple[float, int | None, float | None]:
-        """The AR model's generation config, unset numbers filled as transformers' `generate` fills them."""
+    def sampling_defaults(self) -> SamplingOptions:
+        """The AR model's generation config, unset numbers filled as transformers' `generate` fills them (the
+        guidance scale: the checkpoint's, as every family's)."""
         config = self.vision_language_encoder.generation_config
         values = {name: getattr(config, name, None) for name in GENERATE_DEFAULTS}
         values = {name: GENERATE_DEFAULTS[name] if value is None else value for name, value in values.items()}
         top_k = values["top_k"] or None  # 0: no top-k
         top_p = values["top_p"] if values["top_p"] < 1 else None
-        return float(values["temperature"]), top_k, top_p
+        return SamplingOptions(self.checkpoint_guidance_scale(), float(values["temperature"]), top_k, top_p)
 
     # -- hooks --------------------------------------------------------------------------------------
     @property

@@ -18,10 +18,9 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..samplers import LogitsPolicy, Sampler
+from ..samplers import LogitsPolicy, Sampler, SamplingOptions
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")  # `GenerationInputs` says what each returns
-MAX_THREADS = 1024  # a call's `threads=`, as the command line's --threads
 # diffusers' arguments that have no meaning for an AR pipeline, and what to use instead
 DIFFUSION_ONLY = {
     "num_inference_steps": "AR pipelines have no inference steps: an image takes one forward pass per code, "
@@ -34,22 +33,24 @@ DIFFUSION_ONLY = {
 
 @dataclass(frozen=True)
 class GenerationInputs:
-    """The arguments of `pipe(prompt, ...)`, as given.
+    """The arguments of `pipe(prompt, ...)`, as given (the sampling options resolved against the defaults).
 
     `prompt`: a string or a list of strings. `negative_prompt`: one, or one per prompt (families whose
     unconditional branch is fixed refuse it). `sampler`: a registered name, a spec (`"sjd:window=32"`) or a
     `Sampler` object. `height` / `width`: pixels (None: the pipeline's default size); families that size
-    images by shape (Emu3) also take `aspect_ratio="W:H"` instead. `guidance_scale` (CFG; 1 disables it; None:
-    the checkpoint's or family's default), `temperature` (0 = greedy), `top_k` and `top_p` form the target
-    distribution every sampler must respect; `top_k` / `top_p` None, and `temperature` left out, take the
-    family's default (temperature 1, top-k the family's, no top-p; GLM-Image: its generation config's, as
-    transformers' `generate` reads it). `num_images_per_prompt`: images per
-    prompt. `seed=s` gives image `i` the generator `s + i` (or pass one seed or one `generator` per image);
-    an image then decodes the same whatever else shares its batch. `return_dict`: an `ARPipelineOutput`, else
-    the tuple `(images, codes, stats)`. `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after
-    every sampler step with copies of the tensors named in `callback_on_step_end_tensor_inputs` (default
-    `["codes"]`). `compile`: how each fixed-shape decode step runs: False (eagerly), "cuda-graphs",
-    "inductor", "inductor-graphs" or True (see `BaseARPipeline.__call__`).
+    images by shape (Emu3) also take `aspect_ratio="W:H"` instead. `sampling`: the `SamplingOptions` a call
+    gives as four keywords, `guidance_scale` (CFG; 1 disables it; None: the checkpoint's or family's default),
+    `temperature` (0 = greedy), `top_k` and `top_p`, which form the target distribution every sampler must
+    respect; `top_k` / `top_p` None, and `temperature` left out, take the family's default (temperature 1,
+    top-k the family's, no top-p; GLM-Image: its generation config's, as transformers' `generate` reads
+    it): `from_call` resolves them, so `sampling` holds the numbers the decode uses.
+    `num_images_per_prompt`: images per prompt. `seed=s` gives image `i` the generator `s + i` (or pass one
+    seed or one `generator` per image); an image then decodes the same whatever else shares its batch.
+    `return_dict`: an `ARPipelineOutput`, else the tuple `(images, codes, stats)`.
+    `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step with copies of
+    the tensors named in `callback_on_step_end_tensor_inputs` (default `["codes"]`). `compile`: how each
+    fixed-shape decode step runs: False (eagerly), "cuda-graphs", "inductor", "inductor-graphs" or True (see
+    `BaseARPipeline.__call__`).
 
     `output_type`, what `images` holds for `N` images of `h x w` pixels:
 
@@ -70,10 +71,7 @@ class GenerationInputs:
     height: int | None = None
     width: int | None = None
     aspect_ratio: str | None = None
-    guidance_scale: float | None = None
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
+    sampling: SamplingOptions = SamplingOptions()
     num_images_per_prompt: int = 1
     generator: torch.Generator | list[torch.Generator] | None = None
     seed: int | list[int] | None = None
@@ -85,9 +83,18 @@ class GenerationInputs:
     threads: int | None = None
 
     @classmethod
-    def from_call(cls, prompt: Any, negative_prompt: Any, options: dict[str, Any]) -> GenerationInputs:
-        """The inputs of `pipe(prompt, negative_prompt, **options)`; ValueError naming a keyword it lacks."""
-        known = {item.name for item in dataclasses.fields(cls)} - {"prompt", "negative_prompt"}
+    def from_call(
+        cls,
+        prompt: Any,
+        negative_prompt: Any,
+        options: dict[str, Any],
+        defaults: SamplingOptions | None = None,
+    ) -> GenerationInputs:
+        """The inputs of `pipe(prompt, negative_prompt, **options)`, the sampling options given as keywords
+        and resolved against `defaults` (the pipeline's `sampling_defaults()`: what the call leaves out or
+        gives as None, the temperature only where left out); ValueError naming a keyword it lacks."""
+        known = {item.name for item in dataclasses.fields(cls)} - {"prompt", "negative_prompt", "sampling"}
+        known |= set(SamplingOptions.names())
         for name in options:
             if name in DIFFUSION_ONLY:
                 raise ValueError(f"{name}= is not an argument of an AR pipeline: {DIFFUSION_ONLY[name]}")
@@ -96,18 +103,31 @@ class GenerationInputs:
                     f"unexpected argument {name}=; a pipeline call takes prompt, negative_prompt and "
                     f"{', '.join(sorted(known))}"
                 )
-        return cls(prompt, negative_prompt, **options)
+        given = {name: options[name] for name in SamplingOptions.names() if name in options}
+        sampling = SamplingOptions.from_kwargs(given, defaults)
+        rest = {name: value for name, value in options.items() if name not in given}
+        return cls(prompt, negative_prompt, sampling=sampling, **rest)
+
+
+def call_fields() -> list[tuple[str, Any, Any]]:
+    """(name, default, annotation) of every keyword `pipe(...)` takes, in `GenerationInputs`' order, with
+    `sampling` spelled as its four values (`guidance_scale=`, `temperature=`, `top_k=`, `top_p=`)."""
+    listed: list[tuple[str, Any, Any]] = []
+    for item in dataclasses.fields(GenerationInputs):
+        parts = dataclasses.fields(SamplingOptions) if item.name == "sampling" else [item]
+        listed += [(part.name, part.default, part.type) for part in parts]
+    return listed
 
 
 def call_signature(extra: Sequence[inspect.Parameter] = ()) -> inspect.Signature:
     """`(self, prompt, negative_prompt=None, *, sampler="ar", ...)`: what `help(pipe)` shows for the call;
     `extra`: keyword-only arguments a family's call takes besides (GLM-Image's diffusion stage)."""
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    for item in dataclasses.fields(GenerationInputs):
-        positional = item.name in ("prompt", "negative_prompt")
+    for name, default, annotation in call_fields():
+        positional = name in ("prompt", "negative_prompt")
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
-        default = inspect.Parameter.empty if item.default is dataclasses.MISSING else item.default
-        parameters.append(inspect.Parameter(item.name, kind, default=default, annotation=item.type))
+        default = inspect.Parameter.empty if default is dataclasses.MISSING else default
+        parameters.append(inspect.Parameter(name, kind, default=default, annotation=annotation))
     return inspect.Signature([*parameters, *extra])
 
 
@@ -120,8 +140,7 @@ class CheckedInputs:
     sampler: Sampler
     sampler_label: str  # the spec as given (`sjd:window=32`) or the object's name: what the stats say
     grid: tuple[int, int]
-    guidance_scale: float
-    policy: LogitsPolicy
+    sampling: SamplingOptions  # resolved: the checkpoint's or family's numbers where the call left them out
     generators: torch.Generator | list[torch.Generator] | None
     num_images_per_prompt: int
     batch_size: int  # prompts x num_images_per_prompt
@@ -135,6 +154,16 @@ class CheckedInputs:
     )  # a family's later stage's (a DiT's)
     threads: int | None = None  # torch's CPU threads for the call; None: chosen by `arjet.pipelines.threads`
     size: tuple[int, int] | None = None  # (height, width) in pixels, as asked for or defaulted
+
+    @property
+    def guidance_scale(self) -> float:
+        """The call's CFG scale (1: unguided), as `sampling` resolves it."""
+        return self.sampling.guidance_scale
+
+    @property
+    def policy(self) -> LogitsPolicy:
+        """Temperature, top-k and top-p as the samplers apply them."""
+        return self.sampling.policy()
 
 
 def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False) -> list[str]:

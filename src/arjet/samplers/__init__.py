@@ -5,10 +5,10 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the maths they share in `speculative.py` (verify,
-resample, couple, the window step) and `drafts.py` (initial guesses), the contract in `base.py` (what a
-sampler declares) and `decoding.py` (what `run(decode)` receives), options in `options.py`, names in
-`registry.py`.
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they share in
+`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
+`base.py` (what a sampler declares) and `decoding.py` (what `run(decode)` receives), options in
+`options.py`, names in `registry.py`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from .ar import AR
 from .base import Part, Sampler, requirements
 from .decoding import Decode, DecodeStats, DecodeTrace, Interrupted, Stepper
-from .drafts import INIT_SCHEMES
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
 from .options import MAX_SIZE, Option, option, options_of, parse_options
 from .policy import LogitsPolicy, LogitsProcessor, SamplingOptions, Temperature, TopK, TopP
@@ -27,7 +27,6 @@ from .registry import available, get, label, options, register
 from .sjd import SJD
 from .sjd2 import SJD2
 from .sjd_pac import SJDPAC
-from .speculative import AcceptanceRule, Exact, RuleContext
 from .zipar import SCHEDULES, ZipAR
 
 __all__ = [

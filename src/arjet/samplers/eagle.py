@@ -23,7 +23,7 @@ coupling (new slots guessed at random), which on image codes reach far past wher
 being accepted; the drafter proposes only the tree's siblings, at depth 1 from the committed codes (its
 best-informed proposal, where a Jacobi draft is most often rejected) and at depth `j` run along the main
 chain's drafts of the depths before `j`, so never from a code it proposes a sibling of. The siblings are
-tried after the main draft against its residual (`verify_siblings`), and every proposal is again fixed
+tried after the main draft against its residual (`verify_candidates`), and every proposal is again fixed
 before its draw: exact as well. On the built-in model it commits 1.15x `sjd-pac`'s codes per target forward
 on the same window and tree (the README has the measurements).
 
@@ -43,10 +43,10 @@ import torch
 
 from ..session.drafting import DraftingCache
 from .decoding import Decode
+from .jacobi import AcceptanceRule, Exact, JacobiOutcome
 from .options import MAX_SIZE, option
 from .random import sample
 from .sjd_pac import TreeSampler, TreeStepper
-from .speculative import AcceptanceRule, Exact, JacobiOutcome
 
 CHAINS = ("drafter", "jacobi")
 

@@ -13,7 +13,7 @@ its size does not.
 
 The target verifies the whole tree in one forward (every node in a branch slot, seeing its ancestors) and
 walks it from the root: at each node its children are tried in the order they were drawn with the
-multi-draft rule `sjd-pac` uses (`verify_siblings`), the first that passes extends the path; when none
+multi-draft rule `sjd-pac` uses (`verify_candidates`), the first that passes extends the path; when none
 passes the level's code is drawn from the last residual, and a path that reaches a node without children
 takes a bonus code from the target's output there. Which nodes are expanded depends only on the drafter's
 probabilities of codes already drawn, never on a child's own draw or on the target, and every expanded
@@ -43,10 +43,19 @@ import torch
 
 from ..session.drafting import DraftingCache
 from .decoding import Decode, Stepper
+from .jacobi import (
+    AcceptanceRule,
+    Exact,
+    RuleContext,
+    RuleSampler,
+    Verdict,
+    draw_candidates,
+    resample,
+    verify_candidates,
+)
 from .options import option, step_bound
 from .random import sample
-from .sjd_pac import check_width, draw_siblings, verify_siblings
-from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Verdict, settle
+from .sjd_pac import check_width
 
 CHILDREN = ("sample", "top")
 
@@ -244,7 +253,7 @@ class DynamicTreeStepper(Stepper):
         line, path, verdict = self._walk(t, length, u_accept)
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))  # [B, D, V] along the path
         valid = self.positions < length[:, None]
-        advanced, committed_at, codes = settle(p, path, valid=valid, verdict=verdict, u_draw=u_draw)
+        advanced, committed_at, codes = resample(p, path, valid=valid, verdict=verdict, u_draw=u_draw)
 
         # 3. commit: the re-fed codes and the root stay in the cache; the accepted nodes are fed again
         keep = torch.cat([torch.ones_like(live[:, :refed]), torch.zeros_like(live[:, refed:])], 1)
@@ -286,7 +295,7 @@ class DynamicTreeStepper(Stepper):
             candidates = self.codes.gather(1, children)
             target = t.gather(1, node[:, None, None].expand(-1, 1, vocab))[:, 0]
             q = self.proposals.gather(1, expansion[:, None, None].expand(-1, 1, vocab))[:, 0]
-            rank, found, left = verify_siblings(
+            rank, found, left = verify_candidates(
                 target, q, candidates, u[:, level], rule=rule, context=context, point_masses=self.top
             )
             passed, failed = usable & found, usable & ~found
@@ -379,9 +388,9 @@ class DynamicTreeStepper(Stepper):
 
 def _draw_children(q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """`[..., K]` codes drawn without replacement from `q [..., V]` with the uniforms `u [..., K]`: the first
-    from `q`, the rest as `sjd-pac`'s siblings (`draw_siblings`), the order the rule verifies them in."""
+    from `q`, the rest as `sjd-pac`'s siblings (`draw_candidates`), the order the rule verifies them in."""
     first = sample(q, u[..., 0])
-    return torch.cat([first[..., None], draw_siblings(q, first, u[..., 1:])], -1)
+    return torch.cat([first[..., None], draw_candidates(q, first, u[..., 1:])], -1)
 
 
 def _log(probs: torch.Tensor) -> torch.Tensor:

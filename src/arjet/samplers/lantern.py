@@ -52,8 +52,8 @@ from typing import ClassVar
 
 import torch
 
+from .jacobi import AcceptanceRule, RuleContext, residual
 from .options import MAX_SIZE, option
-from .speculative import AcceptanceRule, RuleContext, residual
 
 BOUNDS = ("draft", "tv")
 

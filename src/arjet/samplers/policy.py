@@ -14,8 +14,8 @@ command line, the evaluation runner, the demo).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -105,7 +105,7 @@ class LogitsPolicy:
 
     def soft(self) -> LogitsPolicy:
         """The distribution behind greedy decoding: the same top-k / top-p at temperature 1."""
-        return LogitsPolicy(1.0, self.top_k, self.top_p)
+        return LogitsPolicy(temperature=1.0, top_k=self.top_k, top_p=self.top_p)
 
     def process(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed logits (`-inf` outside the top-k / top-p set); greedy keeps only the argmax."""
@@ -130,7 +130,11 @@ class SamplingOptions:
     refused (`guidance_scale=inf` would turn every mixed logit into NaN), and so are finite values that
     overflow once combined: the logits are scaled by about `guidance_scale / temperature`, which must stay
     at most `MAX_LOGIT_SCALE` (1e30) for float32 logits to stay finite (`temperature=1e-45` would otherwise
-    give NaN probabilities and a grey image)."""
+    give NaN probabilities and a grey image).
+
+    The one declaration of these four values: a pipeline call (`GenerationInputs.sampling`), the engine's
+    groups (`GroupKey.sampling`, `Engine.submit(sampling=...)`) and the adaptive mode's choices carry it
+    whole; `names()` lists them and `from_kwargs` builds one from keyword arguments of those names."""
 
     guidance_scale: float | None = None
     temperature: float = 1.0
@@ -155,15 +159,38 @@ class SamplingOptions:
             )
         self.policy()  # checks top_k
 
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The four values' names, as keyword arguments of `pipe(...)` and `Engine.submit` spell them."""
+        return tuple(item.name for item in fields(cls))
+
+    @classmethod
+    def from_kwargs(
+        cls, values: Mapping[str, Any], defaults: SamplingOptions | None = None
+    ) -> SamplingOptions:
+        """The options named in `values`, the others at their defaults: the class's, or `defaults`' (which
+        also fill a guidance scale, top-k or top-p given as None); ValueError naming any other key. Made
+        once, from the merged values, so its checks see the numbers the decode will use."""
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise ValueError(
+                f"unexpected sampling option(s) {', '.join(unknown)}; the sampling options are "
+                f"{', '.join(cls.names())}"
+            )
+        if defaults is None:
+            return cls(**values)
+        given = {name: value for name, value in values.items() if value is not None or name == "temperature"}
+        return cls(**{**defaults.kwargs(), **given})
+
+    def resolved(self, defaults: SamplingOptions) -> SamplingOptions:
+        """These options with `defaults`' guidance scale, top-k and top-p where they leave them out (None);
+        the temperature is always these options' own."""
+        return SamplingOptions.from_kwargs(self.kwargs(), defaults)
+
     def policy(self) -> LogitsPolicy:
         """Temperature, top-k and top-p as the logits policy samplers apply (CFG is the session's)."""
-        return LogitsPolicy(self.temperature, self.top_k, self.top_p)
+        return LogitsPolicy(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def kwargs(self) -> dict[str, Any]:
         """The pipeline call's keyword arguments (`pipe(prompt, **options.kwargs())`)."""
-        return {
-            "guidance_scale": self.guidance_scale,
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-        }
+        return asdict(self)

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 
 import torch
 
+from ..limits import KEY_LIMIT  # re-exported: image keys (and seeds) are integers in [0, KEY_LIMIT)
+
 _MASK32 = 0xFFFFFFFF
-KEY_LIMIT = 2**63  # image keys (and seeds) are integers in [0, KEY_LIMIT)
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:

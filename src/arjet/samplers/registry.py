@@ -18,12 +18,12 @@ from .ar import AR
 from .base import Sampler
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .jacobi import AcceptanceRule, Exact
 from .lantern import Lantern
 from .options import MAX_SIZE, Option, options_of, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
 from .sjd_pac import SJDPAC
-from .speculative import AcceptanceRule, Exact
 from .zipar import ZipAR
 
 

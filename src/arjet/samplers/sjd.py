@@ -4,7 +4,7 @@ Every forward feeds a window: the last committed code, then drafts for the next 
 model's output at each position is the processed target `p` of the next cell; the drafts are verified left
 to right against it, the first rejected one is resampled from the residual (or, if all passed, the next
 cell gets a bonus code), and the samples of every later position become the next window's drafts
-(`arjet.samplers.speculative` has the maths). New draft slots get an initial guess (`arjet.samplers.drafts`),
+(`arjet.samplers.jacobi` has the maths). New draft slots get an initial guess (`jacobi.guess`),
 declared with the proposal it was drawn from.
 
 Lossless: with the exact acceptance rule the codes have exactly the distribution of `ar` under the same
@@ -20,10 +20,21 @@ from typing import ClassVar
 import torch
 
 from .decoding import Decode, Stepper
-from .drafts import INIT_SCHEMES, Drafts, GuessesFreshSlots, scatter_where, uses_top1
+from .jacobi import (
+    INIT_SCHEMES,
+    AcceptanceRule,
+    Drafts,
+    Exact,
+    GuessesFreshSlots,
+    RuleContext,
+    RuleSampler,
+    Uniforms,
+    jacobi_step,
+    scatter_where,
+    uses_top1,
+)
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
-from .speculative import AcceptanceRule, Exact, RuleContext, RuleSampler, Uniforms, jacobi_step
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ import torch
 
 from .base import Sampler
 from .decoding import Decode, Stepper
-from .drafts import Drafts, guess_proposal, random_codes
+from .jacobi import Drafts, Exact, RuleContext, Uniforms, guess_proposal, jacobi_step, random_codes
 from .options import MAX_SIZE, check_fits_grid, option
-from .speculative import Exact, RuleContext, Uniforms, jacobi_step
 
 
 @dataclass(frozen=True)

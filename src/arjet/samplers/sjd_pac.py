@@ -43,20 +43,25 @@ from typing import ClassVar
 import torch
 
 from .decoding import Decode, Stepper
-from .drafts import INIT_SCHEMES, Drafts, GuessesFreshSlots, scatter_where, uses_top1
-from .options import MAX_SIZE, check_fits_grid, option
-from .random import sample
-from .speculative import (
+from .jacobi import (
+    INIT_SCHEMES,
     AcceptanceRule,
+    Drafts,
     Exact,
+    GuessesFreshSlots,
     JacobiOutcome,
     RuleContext,
     RuleSampler,
     Uniforms,
     Verdict,
     conclude,
+    draw_candidates,
+    scatter_where,
+    uses_top1,
     verify,
+    verify_candidates,
 )
+from .options import MAX_SIZE, check_fits_grid, option
 
 
 def tree_nodes(width: int, depth: int) -> int:
@@ -278,7 +283,7 @@ class TreeStepper(GuessesFreshSlots, Stepper):
 
         # 1. the window's queries: re-fed committed codes, the root, the main chain, the off-main tree nodes
         sibling_q = self.sibling_proposals()
-        siblings = draw_siblings(sibling_q, drafts.codes[:, : tree.depth], sibling_draw[..., 1:])
+        siblings = draw_candidates(sibling_q, drafts.codes[:, : tree.depth], sibling_draw[..., 1:])
         candidates = torch.cat([drafts.codes, siblings.flatten(1)], 1)
         query_cells = n[:, None] + tree.offset
         live = torch.where(
@@ -376,7 +381,7 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         uniforms: Uniforms,
         length: torch.Tensor,
     ) -> JacobiOutcome:
-        """Resample, commit and redraft along the window's line (`speculative.conclude`): `path [B, S]` holds
+        """Resample, commit and redraft along the window's line (`jacobi.conclude`): `path [B, S]` holds
         the kept candidate of each tree depth, then the main drafts."""
         return conclude(
             p,
@@ -419,7 +424,7 @@ def walk_tree(
     context: RuleContext | None = None,
 ) -> Walk:
     """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
-    order (`verify_siblings`, with `rule`: exact by default) and the first that passes extends the path.
+    order (`verify_candidates`, with `rule`: exact by default) and the first that passes extends the path.
     `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]` drawn from
     `sibling_q [B, D, V]` (default: the main drafts' proposals); `valid [B, M]`; `u [B, D, K]`."""
     batch = t.shape[0]
@@ -433,7 +438,7 @@ def walk_tree(
         usable = alive & valid[:, j]
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
         candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
-        rank, found, left = verify_siblings(
+        rank, found, left = verify_candidates(
             target,
             drafts.proposals[:, j],
             candidates,
@@ -456,74 +461,3 @@ def walk_tree(
     ranks_t, codes_t = (torch.stack(xs, 1) if xs else node.new_zeros(batch, 0) for xs in (ranks, codes))
     on_main = alive & (ranks_t == 0).all(1)
     return Walk(accepted, rejected, rest, ranks_t, codes_t, torch.stack(line, 1), on_main)
-
-
-def sibling_proposal(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
-    """The distribution of the next sibling: `q [..., V]` without the codes `drawn [..., V]` so far,
-    renormalised; uniform over the codes not drawn where `q` has no mass left (a point-mass guess)."""
-    left = q.masked_fill(drawn, 0.0)
-    base = torch.where(left.sum(-1, keepdim=True) > 0, left, (~drawn).to(q.dtype))
-    return base / base.sum(-1, keepdim=True)
-
-
-def draw_siblings(q: torch.Tensor, main: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """`[..., K-1]` siblings of the main drafts `main [...]`, drawn one by one without replacement from the
-    proposals `q [..., V]` (`sibling_proposal`) with the uniforms `u [..., K-1]`."""
-    drawn = _marked(torch.zeros_like(q, dtype=torch.bool), main)
-    siblings = []
-    for k in range(u.shape[-1]):
-        code = sample(sibling_proposal(q, drawn), u[..., k])
-        drawn = _marked(drawn, code)
-        siblings.append(code)
-    return torch.stack(siblings, -1) if siblings else main[..., None][..., :0]
-
-
-def verify_siblings(
-    target: torch.Tensor,
-    q: torch.Tensor,
-    candidates: torch.Tensor,
-    u: torch.Tensor,
-    *,
-    sibling_q: torch.Tensor | None = None,
-    rule: AcceptanceRule | None = None,
-    context: RuleContext | None = None,
-    point_masses: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
-    drawn without replacement from `sibling_q [..., V]`, default `q`, see `sibling_proposal`) against
-    `target [..., V]`, uniforms `u [..., K]`.
-    Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
-    t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
-    (what the depth draws from when none passed); the committed code is then distributed exactly as
-    `target`. That needs only each candidate to be a draw from its `r_k` given the candidates before it, so
-    the siblings may come from another proposal than the main draft (`eagle:chain=jacobi`: a drafter's);
-    leaving the main draft out of their draws loses nothing, as `t_1` has no mass at a rejected main draft.
-    With `point_masses` the candidates are distinct fixed codes (not draws, e.g. the drafter's
-    most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
-    `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
-    relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
-    is then within the rule's bound of `target`, not exact."""
-    rule = rule or Exact()
-    context = context or RuleContext()
-    sibling_q = q if sibling_q is None else sibling_q
-    drawn = torch.zeros_like(q, dtype=torch.bool)
-    rank = torch.zeros(candidates.shape[:-1], dtype=torch.long, device=q.device)
-    found = torch.zeros_like(rank, dtype=torch.bool)
-    for k in range(candidates.shape[-1]):
-        code = candidates[..., k]
-        if point_masses:
-            proposal = _marked(torch.zeros_like(drawn), code).to(q.dtype)
-        else:
-            proposal = q if k == 0 else sibling_proposal(sibling_q, drawn)
-        t_x, rest = rule.verify(target, proposal, code, context)
-        q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
-        ok = ~found & (u[..., k] * q_x < t_x)
-        rank = torch.where(ok, k, rank)
-        found |= ok
-        target = torch.where(found[..., None], target, rest / rest.sum(-1, keepdim=True))
-        drawn = _marked(drawn, code)
-    return rank, found, target
-
-
-def _marked(drawn: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-    return drawn.scatter(-1, codes[..., None], True)

@@ -18,7 +18,7 @@ to the context the schedule gives each cell. Two published schedules, for ZipAR'
 Rows are *lanes*: runs of cells decoded left to right, each in a lane slot of its own (`RowStepper`). Every
 forward, each running lane with next cell `n` feeds the code of cell `n - 1` followed by its drafts for
 cells `n, n+1, ...` (none for plain ZipAR: a window of one) and gets the processed target `p` for its next
-`L` cells; SJD's window step (`arjet.samplers.speculative.jacobi_step`) verifies, resamples, commits and
+`L` cells; SJD's window step (`arjet.samplers.jacobi.jacobi_step`) verifies, resamples, commits and
 redrafts. A lane's drafts form their own group in the session, so no lane attends to another lane's
 unverified drafts, while committed codes fed this forward (each lane's first input) are seen by every lane
 below. A row that starts before the row above is complete feeds an ephemeral placeholder for its missing
@@ -41,10 +41,9 @@ import torch
 
 from .base import Sampler
 from .decoding import Decode, Stepper
-from .drafts import Drafts, refill, scatter_where, uses_top1
+from .jacobi import Drafts, RuleContext, Uniforms, jacobi_step, refill, scatter_where, uses_top1
 from .options import MAX_SIZE, option
 from .sjd import SJD
-from .speculative import RuleContext, Uniforms, jacobi_step
 
 SCHEDULES = ("lumina", "llamagen")
 

@@ -1,0 +1,611 @@
+"""Jacobi decoding's shared pieces: the drafts a window carries, the acceptance rules, and the flat steps
+every window sampler calls (SJD, MC-SJD, ZipAR's verified rows, SJD-PAC's tree and chain, EAGLE, SJD2,
+LANTERN).
+
+Notation (Teng et al., ICLR 2025, §3; `...` is any leading batch shape: `[B]` images or `[B, R]` lanes):
+
+| here                     | paper (symbol)                      | shape         |
+|--------------------------|-------------------------------------|---------------|
+| `L` (window)             | `L`: position `j` predicts `n + j`  |               |
+| `n`                      | `n`: the next undecoded cell        | `[...]`       |
+| `S = L - 1`              | draft slots (slot `j`: cell `n + j`)|               |
+| `V`                      | the image vocabulary                |               |
+| `drafts.codes`           | `x̃_{n+j}`                           | `[..., S]`    |
+| `drafts.proposals` (`q`) | `p_θ^{(k-1)}(·)`                    | `[..., S, V]` |
+| `p`                      | `p_θ^{(k)}(·)` (processed: CFG,     | `[..., L, V]` |
+|                          | temperature, top-k, top-p)          |               |
+| `t` (`rule.target`)      | `p` (exact), `p̃` (LANTERN)          | `[..., V]`    |
+| `passes`                 | `u < min(1, t(x) / q(x))`           | `[...]`       |
+| `residual`               | `norm(max(0, t - q))`               | `[..., V]`    |
+| `Verdict.accepted`       | `τ`: drafts accepted                | `[...]`       |
+| `couple`                 | MC-SJD: keep `x̃` w.p.               | `[...]`       |
+|                          | `min(1, p(x) / q(x))`               |               |
+| `verify_candidates`      | `K` candidates, `r_k`, `t_{k+1} =`  | `[..., K]`    |
+|                          | `norm(max(0, t_k - r_k))`           |               |
+| `Uniforms`               | `u`, one stream per decision        | `[..., L]`    |
+
+A draft `x ~ q` is accepted with probability `min(1, t(x) / q(x))`; at the first rejection the position is
+resampled from the residual `norm(max(0, t - q))`. The committed code is then distributed exactly as `t`.
+One window step is:
+
+1. `verify`: drafts pass left to right while their position is usable (`rule.verify` gives `t(x)` and the
+   residual);
+2. `resample`: the first rejected position draws from the residual; if every usable draft passed, the next
+   position gives a bonus code from `p` where `p` is valid there;
+3. commit (the step's own): the accepted drafts and that code;
+4. `redraft`: every later position's sample from this `p` (coupled with its old draft when asked: MC-SJD,
+   `couple`) becomes the draft of the same cell in the next window, with `p` as its proposal; `guess` gives
+   fresh slots their initial guesses (`fill_guesses`: SJD's initialisation schemes).
+
+Which positions are valid is the caller's: a position past the end of a lane never is; in SJD2 one behind a
+noisy input is not. SJD-PAC and EAGLE verify their trees' candidates with `verify_candidates` and hand the
+outcome to the same `verify` (for the chain past the tree), `resample` and `redraft`.
+
+Initial guesses: `board [B, N]` holds what is known of each image (committed codes and the drafts already in
+the window, `-1` elsewhere); `top1 [B, N]` the argmax of the latest distribution computed for each cell. A
+scheme whose neighbour is unknown falls back to the next simpler one and finally to a uniform random code,
+so no scheme ever degrades silently for lack of a grid width: the width comes from the session. The left
+neighbour of a row's first cell is the previous row's last cell (the official SJD code draws a random code
+there instead); on the built-in model the wrap needs fewer forwards (see README). `fill_guesses` guesses a
+window's fresh slots all at once, where a slot's neighbour may itself be a fresh slot of the same window (its
+guess is then the neighbour's guess: `repeat_horizontal` repeats the last known code along the run); it
+resolves those chains by pointer jumping, a fixed number of vectorised rounds, with no loop over slots.
+A guess that is a uniform random code is declared with a uniform proposal (as SJD-PAC does), every other
+guess with a point mass: both are the true distribution the draft was drawn from, so verification stays
+exact, and a random draft of code `x` passes with probability `min(1, V * p(x))` instead of `p(x)`.
+
+`jacobi_step`, `conclude`, `refill`, `refill_window` and `GuessesFreshSlots` are the steps' old entry points,
+kept (temporarily) until every step calls the pieces above inline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+import torch
+
+from .base import Part, Sampler
+from .random import sample
+
+if TYPE_CHECKING:
+    from .decoding import Decode
+
+
+INIT_SCHEMES = ("random", "repeat_horizontal", "repeat_vertical", "sample_horizontal", "sample_vertical")
+
+
+# -- drafts ------------------------------------------------------------------------------------------------
+@dataclass
+class Drafts:
+    """A window's drafts and the proposals they were drawn from (views are fine: steps update them in place)."""
+
+    codes: torch.Tensor  # [..., S] long
+    proposals: torch.Tensor  # [..., S, V]
+
+    def __getitem__(self, images: slice) -> Drafts:
+        """The drafts of images `images` (views), as a tensor of per-image state slices."""
+        return Drafts(self.codes[images], self.proposals[images])
+
+    def slots(self, index: slice) -> Drafts:
+        """The drafts of slots `index` (views over the slot dimension)."""
+        return Drafts(self.codes[..., index], self.proposals[..., index, :])
+
+    def replace(self, codes: torch.Tensor, proposals: torch.Tensor) -> None:
+        """Take the next window's drafts, in place."""
+        self.codes.copy_(codes)
+        self.proposals.copy_(proposals)
+
+
+# -- acceptance rules --------------------------------------------------------------------------------------
+@dataclass
+class RuleContext:
+    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook `[V, d]` (LANTERN), and under
+    greedy decoding the non-greedy distribution behind the one-hot `p` (`soft_p`, same shape as `p`, for
+    LANTERN's relaxed argmax; the step fills it in only for a rule that `relaxes_greedy`)."""
+
+    codebook: torch.Tensor | None = None
+    soft_p: torch.Tensor | None = None
+
+
+class AcceptanceRule(Part):
+    """How drafts are verified. The defaults are the exact rule: verify against the processed target `p`
+    itself. A relaxed rule overrides `target` (one target fixed before the draw) or `verify` (a target that
+    depends on the draft, e.g. LANTERN as published); either way the window step calls `verify`."""
+
+    name: ClassVar[str] = "exact"
+    # under greedy decoding, verify against a relaxed argmax (the step then passes `context.soft_p`)
+    relaxes_greedy: ClassVar[bool] = False
+    # a random initial guess is verified as the uniform draw it is (else as a point mass, see `drafts`)
+    uniform_guesses: ClassVar[bool] = True
+
+    def target(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
+        """The target `[..., V]` drafts drawn from `q [..., V]` are verified against; `p` itself here."""
+        return p
+
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(t_x [...], rest [..., V])` for drafts `[...]` drawn from `q [..., V]` against the processed
+        target `p [..., V]`: a draft passes when `u * q(x) < t_x`, a rejected one is resampled from `rest`
+        (unnormalised)."""
+        target = self.target(p, q, context)
+        return target.gather(-1, drafts[..., None]).squeeze(-1), residual(target, q)
+
+
+@dataclass(frozen=True)
+class Exact(AcceptanceRule):
+    """Lossless verification: the target is `p` itself."""
+
+
+class RuleSampler(Sampler):
+    """A sampler that verifies its drafts with an `acceptance` rule (a dataclass field of the subclass): the
+    rule is checked when the sampler is made and is its one part."""
+
+    acceptance: AcceptanceRule
+
+    def validate(self) -> None:
+        if not isinstance(self.acceptance, AcceptanceRule):
+            raise ValueError(
+                f"acceptance must be an acceptance rule such as Exact() or Lantern(), got {self.acceptance!r}"
+            )
+        super().validate()
+
+    @property
+    def parts(self) -> tuple[tuple[str, AcceptanceRule], ...]:
+        return (("acceptance rule", self.acceptance),)
+
+
+# -- the maths -----------------------------------------------------------------------------------------------
+def passes(target: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The per-slot test `u < t(x) / q(x)` (written without a division: `q(x) > 0` for a drawn `x`)."""
+    t_x = target.gather(-1, drafts[..., None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
+    return u * q_x < t_x
+
+
+def residual(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """`norm(max(0, t - q))` (unnormalised is fine for `sample`); falls back to `t` where `t == q`."""
+    rest = (target - q).clamp_(min=0)
+    return torch.where(rest.sum(-1, keepdim=True) > 0, rest, target)
+
+
+def couple(
+    p: torch.Tensor,
+    previous: torch.Tensor,
+    previous_q: torch.Tensor,
+    u_keep: torch.Tensor,
+    u_draw: torch.Tensor,
+) -> torch.Tensor:
+    """A new draft `~ p` maximally coupled with `previous ~ previous_q`: keep `previous` with probability
+    `min(1, p(x) / q(x))`, else draw from `norm(max(0, p - q))` (MC-SJD). Its marginal is exactly `p`."""
+    kept = passes(p, previous_q, previous, u_keep)
+    return torch.where(kept, previous, sample(residual(p, previous_q), u_draw))
+
+
+# -- one window step: verify, resample, redraft --------------------------------------------------------
+class Uniforms(NamedTuple):
+    """The uniforms of one window step, `[..., L]` each, one stream per decision."""
+
+    accept: torch.Tensor  # the acceptance test of the draft at each position
+    draw: torch.Tensor  # the resampled / bonus code, and every position's redraft
+    couple: torch.Tensor  # keeping an old draft when redrafts are coupled
+
+
+@dataclass
+class Verdict:
+    """How verification of a run of drafts ended."""
+
+    accepted: torch.Tensor  # [...] drafts accepted
+    rejected: torch.Tensor  # [...] bool: it stopped at a failed draft (not at the end of the usable ones)
+    rest: torch.Tensor  # [..., V] where rejected: the distribution the failed position resamples from
+
+
+@dataclass
+class JacobiOutcome:
+    advanced: torch.Tensor  # [...] cells committed (accepted drafts + the resampled / bonus code, if any)
+    committed: torch.Tensor  # [..., L] bool: window positions committed
+    codes: torch.Tensor  # [..., L] the code of each committed position
+    accepted: torch.Tensor  # [...] drafts accepted
+    next_drafts: torch.Tensor  # [..., S] draft of slot i in the next window (where `carried`)
+    next_proposals: torch.Tensor  # [..., S, V]
+    carried: torch.Tensor  # [..., S] bool: the slot's cell is still inside the carry limit
+
+
+def verify(
+    target_p: torch.Tensor,
+    drafts: Drafts,
+    *,
+    usable: torch.Tensor,
+    rule: AcceptanceRule,
+    context: RuleContext,
+    u_accept: torch.Tensor,
+) -> Verdict:
+    """Verify `drafts` (`[..., S]`) left to right against `target_p [..., S, V]` (the processed `p` at each
+    draft's position) while `usable [..., S]`; the first failure stops the scan. `u_accept [..., S]`."""
+    slots = drafts.codes.shape[-1]
+    if not slots:
+        zeros = torch.zeros(usable.shape[:-1], dtype=torch.long, device=usable.device)
+        return Verdict(zeros, zeros.bool(), target_p.new_zeros(*usable.shape[:-1], target_p.shape[-1]))
+    t_x, rest = rule.verify(target_p, drafts.proposals, drafts.codes, context)
+    q_x = drafts.proposals.gather(-1, drafts.codes[..., None]).squeeze(-1)
+    accepted = ((u_accept * q_x < t_x) & usable).long().cumprod(-1).sum(-1)
+    rejected = accepted < usable.long().cumprod(-1).sum(-1)
+    return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)))
+
+
+def resample(
+    p: torch.Tensor, path: torch.Tensor, *, valid: torch.Tensor, verdict: Verdict, u_draw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Resample and commit after `verdict` on the drafts `path [..., L - 1]`: the failed position draws from
+    `verdict.rest`; if every usable draft passed, the next position gives a bonus code from `p [..., L, V]`
+    where it is valid (`valid [..., L]`); `u_draw [..., L]`. Returns `(advanced [...], committed [..., L],
+    codes [..., L])`: cells committed, the window positions committed, and their codes."""
+    window = p.shape[-2]
+    positions = torch.arange(window, device=p.device)
+    accepted, rejected = verdict.accepted, verdict.rejected
+    at = accepted.clamp(max=window - 1)
+    token_valid = rejected | valid.gather(-1, at[..., None]).squeeze(-1)
+    dist = torch.where(rejected[..., None], verdict.rest, _take(p, at))
+    token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
+    padded = torch.cat([path, path.new_zeros(*path.shape[:-1], 1)], -1)
+    codes = torch.where(positions == accepted[..., None], token[..., None], padded)
+    committed = (positions < accepted[..., None]) | (
+        (positions == accepted[..., None]) & token_valid[..., None]
+    )
+    return accepted + token_valid.long(), committed, codes
+
+
+def redraft(
+    p: torch.Tensor,
+    drafts: Drafts,
+    *,
+    advanced: torch.Tensor,
+    uniforms: Uniforms,
+    coupling: bool,
+    carry_limit: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every position after the `advanced [...]` committed cells gives its sample from `p [..., L, V]`
+    (coupled with its old draft in `drafts` `[..., S]` when `coupling`: MC-SJD) as the next draft of its
+    cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell reaches `carry_limit
+    [...]` keep their drafts. Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])`
+    (`carried`: the slot took a new draft)."""
+    window = p.shape[-2]
+    slots = window - 1
+    positions = torch.arange(window, device=p.device)
+    samples = sample(p, uniforms.draw)
+    if coupling and slots:
+        coupled = couple(
+            p[..., :slots, :],
+            drafts.codes,
+            drafts.proposals,
+            uniforms.couple[..., :slots],
+            uniforms.draw[..., :slots],
+        )
+        samples = torch.cat([coupled, samples[..., slots:]], -1)
+    source = advanced[..., None] + positions[:slots]
+    carried = source < carry_limit[..., None]
+    source = source.clamp(max=window - 1)
+    next_drafts = torch.where(carried, samples.gather(-1, source), drafts.codes)
+    carried_q = p.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
+    next_proposals = torch.where(carried[..., None], carried_q, drafts.proposals)
+    return next_drafts, next_proposals, carried
+
+
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`values[..., index, :]` for values `[..., L, V]` and index `[...]`."""
+    expanded = index[..., None, None].expand(*index.shape, 1, values.shape[-1])
+    return values.gather(-2, expanded).squeeze(-2)
+
+
+# -- the multi-draft rule (SJD-PAC's tree, EAGLE) -----------------------------------------------------------
+def candidate_proposal(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The distribution of the next sibling: `q [..., V]` without the codes `drawn [..., V]` so far,
+    renormalised; uniform over the codes not drawn where `q` has no mass left (a point-mass guess)."""
+    left = q.masked_fill(drawn, 0.0)
+    base = torch.where(left.sum(-1, keepdim=True) > 0, left, (~drawn).to(q.dtype))
+    return base / base.sum(-1, keepdim=True)
+
+
+def draw_candidates(q: torch.Tensor, main: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`[..., K-1]` siblings of the main drafts `main [...]`, drawn one by one without replacement from the
+    proposals `q [..., V]` (`candidate_proposal`) with the uniforms `u [..., K-1]`."""
+    drawn = _marked(torch.zeros_like(q, dtype=torch.bool), main)
+    siblings = []
+    for k in range(u.shape[-1]):
+        code = sample(candidate_proposal(q, drawn), u[..., k])
+        drawn = _marked(drawn, code)
+        siblings.append(code)
+    return torch.stack(siblings, -1) if siblings else main[..., None][..., :0]
+
+
+def verify_candidates(
+    target: torch.Tensor,
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    u: torch.Tensor,
+    *,
+    sibling_q: torch.Tensor | None = None,
+    rule: AcceptanceRule | None = None,
+    context: RuleContext | None = None,
+    point_masses: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
+    drawn without replacement from `sibling_q [..., V]`, default `q`, see `candidate_proposal`) against
+    `target [..., V]`, uniforms `u [..., K]`.
+    Candidate `k` passes with probability `min(1, t_k(x)/r_k(x))`; after a failure `t_{k+1} = norm(max(0,
+    t_k - r_k))`. Returns the first passing rank `[...]`, whether one passed, and the last residual `t_K`
+    (what the depth draws from when none passed); the committed code is then distributed exactly as
+    `target`. That needs only each candidate to be a draw from its `r_k` given the candidates before it, so
+    the siblings may come from another proposal than the main draft (`eagle:chain=jacobi`: a drafter's);
+    leaving the main draft out of their draws loses nothing, as `t_1` has no mass at a rejected main draft.
+    With `point_masses` the candidates are distinct fixed codes (not draws, e.g. the drafter's
+    most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
+    `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
+    relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
+    is then within the rule's bound of `target`, not exact."""
+    rule = rule or Exact()
+    context = context or RuleContext()
+    sibling_q = q if sibling_q is None else sibling_q
+    drawn = torch.zeros_like(q, dtype=torch.bool)
+    rank = torch.zeros(candidates.shape[:-1], dtype=torch.long, device=q.device)
+    found = torch.zeros_like(rank, dtype=torch.bool)
+    for k in range(candidates.shape[-1]):
+        code = candidates[..., k]
+        if point_masses:
+            proposal = _marked(torch.zeros_like(drawn), code).to(q.dtype)
+        else:
+            proposal = q if k == 0 else candidate_proposal(sibling_q, drawn)
+        t_x, rest = rule.verify(target, proposal, code, context)
+        q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
+        ok = ~found & (u[..., k] * q_x < t_x)
+        rank = torch.where(ok, k, rank)
+        found |= ok
+        target = torch.where(found[..., None], target, rest / rest.sum(-1, keepdim=True))
+        drawn = _marked(drawn, code)
+    return rank, found, target
+
+
+def _marked(drawn: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    return drawn.scatter(-1, codes[..., None], True)
+
+
+# -- initial guesses of fresh slots -------------------------------------------------------------------------
+def uses_top1(scheme: str) -> bool:
+    """The scheme reads the latest argmax of each cell (the step keeps a `top1` board for it)."""
+    return scheme.startswith("sample_")
+
+
+def guess(
+    drafts: Drafts,
+    *,
+    scheme: str,
+    cells: torch.Tensor,
+    inside: torch.Tensor,
+    fresh: torch.Tensor,
+    codes: torch.Tensor,
+    top1: torch.Tensor | None,
+    width: int,
+    u: torch.Tensor,
+    uniform: bool = True,
+) -> None:
+    """Give the `fresh [..., S]` slots of `drafts` their initial guesses and the proposals they were drawn
+    from, in place. `cells [B, R, S]`: the cell each slot guesses; `inside`: slots inside the image (kept drafts
+    there are what fresh slots see beside the committed `codes [B, N]`); `uniform`: whether a random guess
+    keeps its uniform proposal (else a point mass, see `AcceptanceRule.uniform_guesses`). Other arguments as
+    `fill_guesses`."""
+    vocab_size = drafts.proposals.shape[-1]
+    board = torch.cat([codes, torch.full_like(codes[:, :1], -1)], 1)
+    scatter_where(board, cells, drafts.codes, inside & ~fresh)
+    guesses, drawn = fill_guesses(
+        scheme,
+        drafts.codes,
+        fresh=fresh,
+        cells=cells,
+        board=board[:, :-1],
+        top1=top1,
+        width=width,
+        vocab_size=vocab_size,
+        u=u,
+    )
+    proposal = guess_proposal(guesses, drawn & uniform, vocab_size)
+    drafts.replace(guesses, torch.where(fresh[..., None], proposal, drafts.proposals))
+
+
+def fill_guesses(
+    scheme: str,
+    drafts: torch.Tensor,
+    *,
+    fresh: torch.Tensor,
+    cells: torch.Tensor,
+    board: torch.Tensor,
+    top1: torch.Tensor | None,
+    width: int,
+    vocab_size: int,
+    u: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`drafts [B, R, S]` with every `fresh` slot replaced by its initial guess, and `[B, R, S]` bool: the
+    slots whose guess is a uniform random code (their proposal is uniform; every other guess is a function
+    of what is known, a point mass).
+
+    Slot `j` of lane `r` guesses cell `cells[b, r, j]` (a lane's slots are consecutive cells, and its fresh
+    slots are the last ones). `board [B, N]` holds the committed codes and the lanes' kept drafts; `top1`
+    (for the `sample_*` schemes) the latest argmax per cell. A neighbour that is a fresh slot of the same
+    lane gives that slot's guess; one in another lane's fresh slots counts as unknown."""
+    random = random_codes(u, vocab_size)
+    if scheme == "random":
+        return torch.where(fresh, random, drafts), fresh
+    slot = torch.arange(drafts.shape[-1], device=drafts.device).expand_as(drafts)
+    value = torch.where(fresh, random, drafts)  # the last fallback: a random code
+    pointing = torch.zeros_like(fresh)  # the guess is that of slot `pointer` (an earlier fresh slot)
+    pointer = slot
+    drawn = fresh  # the guess is the slot's own random code
+    # fallbacks first, so that the scheme's own neighbour overrides them: left, above, latest argmax
+    steps = [1] if scheme.endswith("horizontal") else [1, width]
+    for step in steps:
+        in_run = fresh & (slot >= step) & fresh.gather(-1, (slot - step).clamp(min=0))
+        found = _lookup(board, cells - step)
+        has_value = fresh & ~in_run & (cells >= step) & (found >= 0)
+        value = torch.where(has_value, found, value)
+        pointing = torch.where(in_run, True, pointing & ~has_value)
+        pointer = torch.where(in_run, slot - step, pointer)
+        drawn = drawn & ~in_run & ~has_value
+    if uses_top1(scheme):
+        found = _lookup(top1, cells - steps[-1])
+        has_top1 = fresh & (cells >= steps[-1]) & (found >= 0)
+        value = torch.where(has_top1, found, value)
+        pointing &= ~has_top1
+        drawn &= ~has_top1
+    for _ in range(math.ceil(math.log2(drafts.shape[-1])) + 1):  # pointer jumping: chains halve each round
+        target_pointing = pointing.gather(-1, pointer)
+        value = torch.where(pointing & ~target_pointing, value.gather(-1, pointer), value)
+        pointer = torch.where(pointing & target_pointing, pointer.gather(-1, pointer), pointer)
+        pointing &= target_pointing
+    return value, drawn
+
+
+def random_codes(u: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Uniform random codes in `0..V-1` from uniforms `u` (any shape)."""
+    return (u * vocab_size).long().clamp_(max=vocab_size - 1)
+
+
+def _lookup(values: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+    """`values[b, cells[b, ...]]` (any value where `cells < 0`)."""
+    flat = cells.clamp(min=0).flatten(1)
+    return values.gather(1, flat.clamp(max=values.shape[1] - 1)).view_as(cells)
+
+
+def guess_proposal(codes: torch.Tensor, drawn: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The proposal of an initial guess: uniform where it is a uniform random code (`drawn`), else a point
+    mass at the guess."""
+    uniform = torch.full((vocab_size,), 1.0 / vocab_size, device=codes.device)
+    return torch.where(drawn[..., None], uniform, one_hot(codes, vocab_size))
+
+
+def one_hot(codes: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`[..., V]` point masses at `codes` (built by a scatter: `F.one_hot` reads the device to check them)."""
+    return torch.zeros(*codes.shape, vocab_size, device=codes.device).scatter_(-1, codes[..., None], 1.0)
+
+
+def scatter_where(
+    target: torch.Tensor, cells: torch.Tensor, values: torch.Tensor, where: torch.Tensor
+) -> None:
+    """`target[b, cells] = values` where `where`; other entries go to the last column, kept as scratch."""
+    scratch = target.shape[1] - 1
+    target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))
+    target[:, scratch] = -1 if target.dtype == torch.long else 0
+
+
+# -- temporary wrappers (the steps' old entry points; they go when the steps call the pieces inline) --------
+def jacobi_step(
+    p: torch.Tensor,
+    drafts: Drafts,
+    *,
+    valid: torch.Tensor,
+    rule: AcceptanceRule,
+    context: RuleContext,
+    uniforms: Uniforms,
+    coupling: bool,
+    carry_limit: torch.Tensor,
+) -> JacobiOutcome:
+    """One verify -> resample -> commit -> redraft step (temporary: the steps will call the pieces inline).
+
+    `p [..., L, V]` processed target per position; `drafts` `[..., S]` (S = L - 1); `valid [..., L]` bool:
+    `p` is a valid target at the position (drafts are verified while valid); `uniforms` `[..., L]` each;
+    `carry_limit [...]`: positions below it carry their sample into the next window."""
+    slots = p.shape[-2] - 1
+    verdict = verify(
+        p[..., :slots, :],
+        drafts,
+        usable=valid[..., :slots],
+        rule=rule,
+        context=context,
+        u_accept=uniforms.accept[..., :slots],
+    )
+    return conclude(
+        p,
+        drafts,
+        valid=valid,
+        verdict=verdict,
+        uniforms=uniforms,
+        coupling=coupling,
+        carry_limit=carry_limit,
+    )
+
+
+def conclude(
+    p: torch.Tensor,
+    drafts: Drafts,
+    *,
+    valid: torch.Tensor,
+    verdict: Verdict,
+    uniforms: Uniforms,
+    coupling: bool,
+    carry_limit: torch.Tensor,
+) -> JacobiOutcome:
+    """`resample`, then `redraft`; shapes as `jacobi_step`. (Temporary: the steps will call both inline.)"""
+    advanced, committed, codes = resample(p, drafts.codes, valid=valid, verdict=verdict, u_draw=uniforms.draw)
+    next_drafts, next_proposals, carried = redraft(
+        p, drafts, advanced=advanced, uniforms=uniforms, coupling=coupling, carry_limit=carry_limit
+    )
+    return JacobiOutcome(advanced, committed, codes, verdict.accepted, next_drafts, next_proposals, carried)
+
+
+refill = guess  # its old name (temporary)
+
+
+def refill_window(
+    drafts: Drafts,
+    start: torch.Tensor,
+    decode: Decode,
+    *,
+    scheme: str,
+    fresh: torch.Tensor,
+    top1: torch.Tensor,
+    u: torch.Tensor,
+    uniform: bool = True,
+) -> None:
+    """`guess` for one window per image whose `S` slots guess the cells `start [B]`, `start + 1`, ...: its
+    `fresh [B, S]` slots inside the image get initial guesses from what `decode` has committed."""
+    slots = drafts.codes.shape[-1]
+    if not slots:
+        return
+    session = decode.session
+    cells = start[:, None] + torch.arange(slots, device=start.device)
+    inside = cells < session.num_cells
+    guess(
+        drafts,
+        scheme=scheme,
+        cells=cells,
+        inside=inside,
+        fresh=inside & fresh,
+        codes=decode.trace.codes,
+        top1=top1,
+        width=session.grid[1],
+        u=u,
+        uniform=uniform,
+    )
+
+
+class GuessesFreshSlots:
+    """(Temporary.) For a stepper with one window of Jacobi drafts per image (`drafts`, the next cell
+    `n [B]`, the latest argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options, or a
+    `guess_scheme` of its own): initial guesses, with the proposals they were drawn from, for its `fresh
+    [B, S]` slots inside the image, drawn with the uniforms `u`."""
+
+    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        refill_window(
+            self.drafts,
+            self.n,
+            self.decode,
+            scheme=self.guess_scheme(),
+            fresh=fresh,
+            top1=self.top1,
+            u=u,
+            uniform=self.sampler.acceptance.uniform_guesses,
+        )
+
+    def guess_scheme(self) -> str:
+        """How new draft slots are guessed: the sampler's `init`."""
+        return self.sampler.init
