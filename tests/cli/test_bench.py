@@ -216,6 +216,7 @@ def test_concurrency_options_are_checked_before_any_model_work(args, message, ca
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_concurrency_measures_the_engine_and_draws_the_plot(tmp_path, capsys):
     out, plot = tmp_path / "tp.json", tmp_path / "tp.png"
     code = main(["bench", "--device", "cpu", "--n", "2", "--samplers", "ar,adaptive", "--concurrency", "1,2",

@@ -322,6 +322,7 @@ def test_a_section_captures_on_the_gpu(tmp_path):
     assert "Kernels of `sjd` (eager, first" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
     from arjet.eval.suite import ThroughputRun
 
