@@ -171,7 +171,7 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--suite", "nope", "--out", "x"], "unknown suite 'nope'; choose one of gpu, gpu-quick"),
+        (["--suite", "nope", "--out", "x"], "unknown suite 'nope'; choose one of gpu, gpu-quick, gpu-proof"),
         (["--suite", "gpu"], "--suite gpu writes a report folder: pass --out DIR"),
         (
             ["--suite", "gpu", "--out", "x", "--samplers", "ar"],

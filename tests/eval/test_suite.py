@@ -131,6 +131,37 @@ def test_the_gpu_suites_name_sections_their_targets_read():
         assert sum(s.timeout_s for s in suite.sections) >= suite.budget_s  # the budget, not the limits, binds
 
 
+def test_the_proof_suite_measures_the_issues_sections_and_the_default_mode():
+    from arjet.eval.suite.gpu import default_mode
+
+    suite = SUITES["gpu-proof"]
+    assert [s.name for s in suite.sections] == [
+        "shapes",
+        "shapes-engine",
+        "graph-floor",
+        "janus-pro-7b",
+        "lumina-mgpt-7b",
+    ]
+    assert default_mode() == "none"  # `pipe(...)` steps eagerly unless told otherwise
+    default = suite.targets[0]
+    assert "default mode (eager)" in default.name and default.value.run == "batch 1 eager"
+    modes = {r.compile for s in suite.sections for r in s.runs}
+    assert modes == {"none", "cuda-graphs", "inductor-graphs"}
+    assert SUITES["gpu-proof"].sections[1].throughput.concurrencies == (1, 8)
+
+
+def test_a_suite_of_no_sections_reports_its_tests(tmp_path):
+    junit = tmp_path / "tests.xml"
+    junit.write_text(
+        '<testsuite tests="2" failures="0" errors="0" skipped="0"><testcase classname="t" name="a"/>'
+        '<testcase classname="t" name="b"/></testsuite>'
+    )
+    report = run_suite(SUITES["gpu-proof"], tmp_path / "out", sections=[], tests=junit, log=lambda _: None)
+    assert report["sections"] == {} and report["tests"]["tests"] == 2
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "2 tests: 2 passed, 0 failed" in markdown and "| not measured |" in markdown
+
+
 def test_a_section_records_its_runs_and_codes(tmp_path):
     path = tmp_path / "section.json"
     run_section(

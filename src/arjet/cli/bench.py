@@ -297,7 +297,7 @@ def run_suite_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--suite {suite.name} writes a report folder: pass --out DIR")
     out = checks.output_dir("--out", args.out)  # report.md and report.json go into a folder
     tests = None if args.tests is None else Path(args.tests)
-    sections = None if args.sections is None else [name.strip() for name in args.sections.split(",")]
+    sections = None if args.sections is None else [n.strip() for n in args.sections.split(",") if n.strip()]
     device = args.device or "cuda"
     import torch
 

@@ -41,7 +41,23 @@ def run_suite(
     started = time.monotonic()
     results: dict[str, Any] = {}
     commit = _commit()
-    report: dict[str, Any] = {}
+
+    def write() -> dict[str, Any]:
+        report = {
+            "suite": suite.name,
+            "description": suite.description,
+            "commit": commit,
+            "seconds": time.monotonic() - started,
+            "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
+            "tests": read_junit(tests) if tests is not None else None,
+            "targets": [*(target.check(results) for target in suite.targets), codes_target(results)],
+            "sections": results,
+        }
+        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_report(report, out / "report.md")
+        return report
+
+    report = write()  # the tests' outcome, before any section (and the whole report when none is chosen)
     for section in (s for s in suite.sections if s.name in chosen):
         left = budget - (time.monotonic() - started)
         if left < min(section.timeout_s, 60):
@@ -56,18 +72,7 @@ def run_suite(
                 f"[{section.name}] {result['status']} in {result['seconds']:.0f} s"
                 + (f": {error.strip().splitlines()[-1]}" if error else "")
             )
-        report = {
-            "suite": suite.name,
-            "description": suite.description,
-            "commit": commit,
-            "seconds": time.monotonic() - started,
-            "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
-            "tests": read_junit(tests) if tests is not None else None,
-            "targets": [*(target.check(results) for target in suite.targets), codes_target(results)],
-            "sections": results,
-        }
-        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-        write_report(report, out / "report.md")
+        report = write()
     return report
 
 
