@@ -699,6 +699,7 @@ class Engine:
                 top_k=key.top_k,
                 top_p=key.top_p,
                 output_type="latent",
+                compile=self.compile,
                 callback_on_step_end=on_step if watched else None,
             )
         except Exception as error:
