@@ -364,6 +364,7 @@ def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
     run_section(section, str(path), device="cpu")
     result = json.loads(path.read_text())
     assert result["error"] is None
+    assert result["environment"]["device"] == "cpu"  # the report names the machine of an engine section too
     assert [(row["sampler"], row["concurrency"], row["images"]) for row in result["throughput"]] == [
         ("ar", 1, 1),
         ("ar", 2, 2),

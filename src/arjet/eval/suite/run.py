@@ -151,6 +151,9 @@ def run_section(section: Section, path: str, device: str = "cuda") -> None:
                 save()
                 print(f"[{section.name}] {run.label}: done", flush=True)
             if section.throughput is not None:
+                from ..speed import environment
+
+                result["environment"] = environment(pipe, {"compile": _engine_compile(device)})
                 result["throughput"] = []
                 for rows in _throughput_rows(pipe, section.throughput, device):
                     result["throughput"] += rows  # saved per concurrency: a section stopped keeps them
@@ -231,11 +234,15 @@ def _throughput_rows(pipe, run: ThroughputRun, device: str) -> Iterator[list[dic
         warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
         for concurrency in run.concurrencies:
             prompts = load_prompts("shapes", max(run.n, concurrency))
-            compile = "cuda-graphs" if device.startswith("cuda") else False
             result = run_throughput(
-                pipe, run.samplers, prompts, [concurrency], compile=compile, progress=False
+                pipe, run.samplers, prompts, [concurrency], compile=_engine_compile(device), progress=False
             )
             yield result.to_dict()["rows"]
+
+
+def _engine_compile(device: str) -> str | bool:
+    """The engine sections' mode: captured steps on a GPU."""
+    return "cuda-graphs" if device.startswith("cuda") else False
 
 
 def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
