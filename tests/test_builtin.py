@@ -86,6 +86,7 @@ def test_every_sampler_makes_an_image(shapes, sampler):
     assert out.stats[0].forward_passes <= 256
 
 
+@pytest.mark.slow
 def test_the_shipped_drafters_siblings_save_target_forwards_over_jacobi_siblings(shapes):
     """On the same window and tree as `sjd-pac`, the drafter's proposals for the siblings (its trained guess
     from the committed codes) save target forwards over Jacobi ones (13% on the 200 evaluation prompts)."""

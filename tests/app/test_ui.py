@@ -150,6 +150,7 @@ def test_words_the_model_does_not_know_are_named_on_the_page(client):
     assert "does not know" not in stats
 
 
+@pytest.mark.slow
 def test_a_burst_of_requests_is_bounded_by_the_queue(client):
     jobs = [client.submit(*_arguments(sampler="ar", seed=i), api_name="/generate") for i in range(10)]
     served, refused = 0, 0
@@ -215,6 +216,7 @@ def test_each_model_is_offered_only_the_samplers_it_can_run(builtin_pipe):
     assert "sjd2" in fine_tuned and not drafted & set(fine_tuned) and set(plain) - drafted < set(fine_tuned)
 
 
+@pytest.mark.slow
 def test_concurrent_visitors_share_the_engine_and_get_their_own_images(builtin_pipe):
     """Two visitors at once (and a comparison, whose two images decode together): their images decode side
     by side in the model's engine, each the one `pipe(prompt, seed=...)` makes alone."""

@@ -131,6 +131,37 @@ def test_the_gpu_suites_name_sections_their_targets_read():
         assert sum(s.timeout_s for s in suite.sections) >= suite.budget_s  # the budget, not the limits, binds
 
 
+def test_the_proof_suite_measures_the_issues_sections_and_the_default_mode():
+    from arjet.bench.suite.gpu import default_mode
+
+    suite = SUITES["gpu-proof"]
+    assert [s.name for s in suite.sections] == [
+        "shapes",
+        "shapes-engine",
+        "graph-floor",
+        "janus-pro-7b",
+        "lumina-mgpt-7b",
+    ]
+    assert default_mode() == "none"  # `pipe(...)` steps eagerly unless told otherwise
+    default = suite.targets[0]
+    assert "default mode (eager)" in default.name and default.value.run == "batch 1 eager"
+    modes = {r.compile for s in suite.sections for r in s.runs}
+    assert modes == {"none", "cuda-graphs", "inductor-graphs"}
+    assert SUITES["gpu-proof"].sections[1].throughput.concurrencies == (1, 8)
+
+
+def test_a_suite_of_no_sections_reports_its_tests(tmp_path):
+    junit = tmp_path / "tests.xml"
+    junit.write_text(
+        '<testsuite tests="2" failures="0" errors="0" skipped="0"><testcase classname="t" name="a"/>'
+        '<testcase classname="t" name="b"/></testsuite>'
+    )
+    report = run_suite(SUITES["gpu-proof"], tmp_path / "out", sections=[], tests=junit, log=lambda _: None)
+    assert report["sections"] == {} and report["tests"]["tests"] == 2
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "2 tests: 2 passed, 0 failed" in markdown and "| not measured |" in markdown
+
+
 def test_a_section_records_its_runs_and_codes(tmp_path):
     path = tmp_path / "section.json"
     run_section(
@@ -322,6 +353,7 @@ def test_a_section_captures_on_the_gpu(tmp_path):
     assert "Kernels of `sjd` (eager, first" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
     from arjet.bench.suite import ThroughputRun
 
@@ -332,6 +364,7 @@ def test_a_throughput_section_reports_the_engine_at_each_concurrency(tmp_path):
     run_section(section, str(path), device="cpu")
     result = json.loads(path.read_text())
     assert result["error"] is None
+    assert result["environment"]["device"] == "cpu"  # the report names the machine of an engine section too
     assert [(row["sampler"], row["concurrency"], row["images"]) for row in result["throughput"]] == [
         ("ar", 1, 1),
         ("ar", 2, 2),

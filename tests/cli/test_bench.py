@@ -171,7 +171,7 @@ def test_the_json_path_is_checked_before_any_model_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--suite", "nope", "--out", "x"], "unknown suite 'nope'; choose one of gpu, gpu-quick"),
+        (["--suite", "nope", "--out", "x"], "unknown suite 'nope'; choose one of gpu, gpu-quick, gpu-proof"),
         (["--suite", "gpu"], "--suite gpu writes a report folder: pass --out DIR"),
         (
             ["--suite", "gpu", "--out", "x", "--samplers", "ar"],
@@ -216,6 +216,7 @@ def test_concurrency_options_are_checked_before_any_model_work(args, message, ca
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_concurrency_measures_the_engine_and_draws_the_plot(tmp_path, capsys):
     out, plot = tmp_path / "tp.json", tmp_path / "tp.png"
     code = main(["bench", "--device", "cpu", "--n", "2", "--samplers", "ar,adaptive", "--concurrency", "1,2",

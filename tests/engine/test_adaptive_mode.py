@@ -15,6 +15,9 @@ from arjet.testing import tiny_pipeline
 
 from stats import exact_joint, goodness_of_fit
 
+# Thousands of draws per test: the whole suite (CI) runs them, the fast lane (`-m "not slow"`) does not.
+pytestmark = pytest.mark.slow
+
 PROMPT = "a red circle left of a blue square"
 GUIDANCE, POLICY = 3.0, LogitsPolicy(temperature=0.8, top_k=3)
 SAMPLES = 4000

@@ -84,6 +84,23 @@ def test_a_family_with_a_preview_grid_runs_as_whole_calls_exactly():
         assert result.stats.sampler == "adaptive"
 
 
+def test_whole_calls_step_in_the_engines_compile_mode(monkeypatch):
+    """A family that runs as whole calls steps as the engine was told (GLM-Image's calls ran eagerly under a
+    captured engine on the GPU). The mode is recorded, then the call runs eagerly: no compile on the CPU."""
+    pipe = _pipe("glm_image")
+    modes: list[str] = []
+    call = type(pipe).__call__
+
+    def recording(self, *args, compile=False, **kwargs):
+        modes.append(compile)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(pipe), "__call__", recording)
+    with Engine(pipe, lanes=2, prompt_tokens=32, compile="inductor") as engine:
+        engine.generate(PROMPTS[:2], seed=0, sampler="ar")
+    assert modes and set(modes) == {"inductor"}
+
+
 def test_finished_lanes_are_refilled_at_the_next_step():
     """Under a steady queue every lane holds an image at almost every step (only the last images finish
     with lanes left empty)."""

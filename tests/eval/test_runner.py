@@ -143,6 +143,7 @@ def test_the_same_command_again_skips_finished_images(setup, uninterrupted, caps
     assert "ar: 10 images, 16.0 forward passes" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, uninterrupted):
     out = setup[0] / "killed"
     command = [sys.executable, "-c", CRASH_AFTER, "13", *eval_args(setup, out)]
@@ -162,6 +163,7 @@ def test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run(setup, unin
     assert images(out) == images(uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_batched_run_keeps_its_lanes_full_and_equals_one_image_at_a_time(setup, uninterrupted):
     """`--batch-size 3`: `ar` and `sjd` decode through the engine (lanes refilled as images finish),
     `zipar` in calls of three; every image and record is that of the one-at-a-time run, killed midway and
@@ -180,6 +182,7 @@ def test_a_batched_run_keeps_its_lanes_full_and_equals_one_image_at_a_time(setup
     assert all(row["batch_size"] == 3 and row["latency_seconds"] > 0 for row in engine_rows)
 
 
+@pytest.mark.slow
 def test_two_processes_under_accelerate_launch_equal_one_process(setup, uninterrupted):
     out = setup[0] / "two-processes"
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]

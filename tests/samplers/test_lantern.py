@@ -338,6 +338,7 @@ def test_zipar_with_lantern_relaxes_each_row_window(family):
     assert sum(s.forward_passes for s in relaxed.stats) < sum(s.forward_passes for s in verified.stats)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["emu3", "janus"])
 def test_the_tv_form_keeps_every_token_within_delta_of_p_on_a_model(family):
     """End to end on a tiny model (exact marginals by enumeration): with `bound="tv"` each cell's marginal stays

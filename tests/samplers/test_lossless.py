@@ -34,6 +34,9 @@ from arjet.testing import tiny_drafter, tiny_pipeline
 from families import guidance_of, statistical_logit_scale
 from stats import drawn, exact_joint, goodness_of_fit
 
+# Thousands of draws per test: the whole suite (CI) runs them, the fast lane (`-m "not slow"`) does not.
+pytestmark = pytest.mark.slow
+
 PROMPT = "a red circle left of a blue square"
 POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 SAMPLES = 4000

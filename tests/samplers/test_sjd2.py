@@ -44,6 +44,7 @@ def _setup(family):
     ],
     ids=repr,
 )
+@pytest.mark.slow
 def test_sjd2_is_lossless_with_respect_to_the_noise_conditioned_model(family, sampler):
     pipe, exact = _setup(family)
     out = pipe(

@@ -247,6 +247,7 @@ def _train_in_process(rank: int, port: int, tmp_path, results) -> None:
     results.put(rank)
 
 
+@pytest.mark.slow
 def test_two_processes_share_the_images_and_stop_together(tmp_path):
     """Under a launcher's environment: each process makes its share of the 5 images, and the budget of the
     first to run out ends both (the other would wait forever for its gradients otherwise)."""

@@ -683,6 +683,7 @@ class Engine:
                 width=requests[0].size[1],
                 **key.sampling.kwargs(),
                 output_type="latent",
+                compile=self.compile,
                 callback_on_step_end=on_step if watched else None,
             )
         except Exception as error:

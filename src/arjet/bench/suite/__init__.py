@@ -3,6 +3,7 @@ that sets every figure against its target.
 
     arjet bench --suite gpu --out runs/gpu-check        # ~8 minutes on one H100
     arjet bench --suite gpu-quick --out runs/gpu-quick  # the same sections at smaller sizes, ~4 minutes
+    arjet bench --suite gpu-proof --out runs/gpu-proof  # the GPU-proof issue's sections, ~6 minutes on one H200
 
 A suite is data (`spec.py`): `Section`s (a model, and the `BenchRun`s or the graph floor measured on it) and
 `Target`s (a figure, or the ratio of two, against a limit); `gpu.py` holds the GPU suites. `run.py` runs a

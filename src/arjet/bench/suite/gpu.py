@@ -203,6 +203,130 @@ def _gpu_targets(quick: bool) -> tuple[Target, ...]:
     )
 
 
+# -- the proof suite: the GPU-proof issue's sections, in its order ------------------------------------------
+
+PROOF_SIZES = {"janus-pro-7b": 384, "lumina-mgpt-7b": 768}
+
+
+def default_mode() -> str:
+    """The mode `pipe(...)` runs in on a CUDA device when the caller names none ("none": eager steps)."""
+    from dataclasses import fields
+
+    import torch
+
+    from ...pipelines.inputs import GenerationInputs
+    from ...samplers.capture import compile_mode
+
+    default = next(f.default for f in fields(GenerationInputs) if f.name == "compile")
+    return compile_mode(default, torch.device("cuda"))
+
+
+def _three_modes(label: str, samplers: tuple[str, ...], **kwargs: Any) -> tuple[BenchRun, ...]:
+    """Eager steps (the comparison and the codes), captured ones, then compiled layers inside captured steps.
+    The eager run goes last: at real size it is the slowest, and a section stopped at its limit keeps the
+    runs it finished."""
+    eager, graphs = _modes(label, samplers, **kwargs)
+    return graphs, _compiled(label, samplers, **{k: v for k, v in kwargs.items() if k != "profile"}), eager
+
+
+def _proof_sections() -> tuple[Section, ...]:
+    janus, lumina = PROOF_SIZES["janus-pro-7b"], PROOF_SIZES["lumina-mgpt-7b"]
+    return (
+        Section(
+            "shapes",
+            "built-in model (8.6 M parameters, float32), each mode",
+            150,
+            model="shapes",
+            runs=_three_modes("batch 1", BUILTIN_SAMPLERS, n=4, profile=("ar", "sjd")),
+        ),
+        Section(
+            "shapes-engine",
+            "built-in model through the engine at 1 and 8 requests at a time (float32, captured steps)",
+            150,
+            model="shapes",
+            throughput=ThroughputRun(("ar", "mc-sjd", "adaptive"), (1, 8), n=16),
+        ),
+        Section(
+            "graph-floor", "minimal decoder of Lumina-mGPT-7B shapes (graph floor)", 60, floor=LUMINA_FLOOR
+        ),
+        Section(
+            "janus-pro-7b",
+            "Janus-Pro-7B architecture, random weights (bfloat16), each mode",
+            150,
+            arch="janus-pro-7b",
+            size=janus,
+            runs=_three_modes(f"{janus} px", ("ar", "sjd")),
+        ),
+        Section(
+            "lumina-mgpt-7b",
+            "Lumina-mGPT-7B architecture at 768 px, random weights (bfloat16), each mode",
+            300,
+            arch="lumina-mgpt-7b-768",
+            runs=(  # no untimed first call where nothing compiles: one 768-px decode is 2,352 steps
+                BenchRun(f"{lumina} px cuda-graphs", ("ar",), size=lumina, warmup=False),
+                _compiled(f"{lumina} px", ("ar",), size=lumina),
+                BenchRun(f"{lumina} px eager", ("ar",), compile="none", size=lumina, warmup=False),
+            ),
+        ),
+    )
+
+
+def _proof_targets() -> tuple[Target, ...]:
+    janus, lumina = PROOF_SIZES["janus-pro-7b"], PROOF_SIZES["lumina-mgpt-7b"]
+    default = default_mode()
+    shown = {"none": "eager"}.get(default, default)
+    modes = (*CAPTURED, "eager")
+    targets: list[Target] = [
+        Target(
+            f"built-in `{sampler}`: images / s of the default mode ({shown}) over eager's",
+            Figure("shapes", f"batch 1 {shown}", sampler, "images_per_second"),
+            2.0,
+            per=Figure("shapes", "batch 1 eager", sampler, "images_per_second"),
+            at_least=True,
+        )
+        for sampler in ("ar", "sjd")
+    ]
+    targets += [
+        Target(
+            f"built-in `sjd`: latency speedup / step compression [{mode}]",
+            Figure("shapes", f"batch 1 {mode}", "sjd", "latency_speedup"),
+            0.7,
+            per=Figure("shapes", f"batch 1 {mode}", "sjd", "step_compression"),
+            at_least=True,
+        )
+        for mode in modes
+    ]
+    targets += [
+        Target(
+            f"built-in engine, {c} request(s) at a time: `adaptive` images / s over `ar`'s",
+            Figure("shapes-engine", f"concurrency {c}", "adaptive", "images_per_second"),
+            limit,
+            per=Figure("shapes-engine", f"concurrency {c}", "ar", "images_per_second"),
+            at_least=True,
+        )
+        for c, limit in ((1, 2.0), (8, 1.0))
+    ]
+    targets += [
+        Target(
+            f"Lumina-mGPT-7B {lumina} px: `ar` ms / forward over the graph floor (1 query) [{mode}]",
+            Figure("lumina-mgpt-7b", f"{lumina} px {mode}", "ar", "ms_per_forward"),
+            1.25,
+            per=Figure("graph-floor", "floor", "1", "graph_ms"),
+        )
+        for mode in modes
+    ]
+    targets += [
+        Target(
+            f"Janus-Pro-7B {janus} px: `ar` ms / forward [{mode}] (the limit is an H100's)",
+            Figure("janus-pro-7b", f"{janus} px {mode}", "ar", "ms_per_forward"),
+            8.0,
+            unit=" ms",
+        )
+        for mode in modes
+    ]
+    return tuple(targets)
+
+
 SUITES: dict[str, Suite] = {
     "gpu": Suite(
         "gpu",
@@ -213,6 +337,13 @@ SUITES: dict[str, Suite] = {
     ),
     "gpu-quick": Suite(
         "gpu-quick", "the gpu suite at smaller sizes", _gpu_sections(True), _gpu_targets(True), budget_s=240
+    ),
+    "gpu-proof": Suite(
+        "gpu-proof",
+        "the default path, the engine and the real sizes on one GPU (the GPU-proof issue's sections)",
+        _proof_sections(),
+        _proof_targets(),
+        budget_s=420,
     ),
 }
 

@@ -41,7 +41,23 @@ def run_suite(
     started = time.monotonic()
     results: dict[str, Any] = {}
     commit = _commit()
-    report: dict[str, Any] = {}
+
+    def write() -> dict[str, Any]:
+        report = {
+            "suite": suite.name,
+            "description": suite.description,
+            "commit": commit,
+            "seconds": time.monotonic() - started,
+            "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
+            "tests": read_junit(tests) if tests is not None else None,
+            "targets": [*(target.check(results) for target in suite.targets), codes_target(results)],
+            "sections": results,
+        }
+        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        write_report(report, out / "report.md")
+        return report
+
+    report = write()  # the tests' outcome, before any section (and the whole report when none is chosen)
     for section in (s for s in suite.sections if s.name in chosen):
         left = budget - (time.monotonic() - started)
         if left < min(section.timeout_s, 60):
@@ -56,18 +72,7 @@ def run_suite(
                 f"[{section.name}] {result['status']} in {result['seconds']:.0f} s"
                 + (f": {error.strip().splitlines()[-1]}" if error else "")
             )
-        report = {
-            "suite": suite.name,
-            "description": suite.description,
-            "commit": commit,
-            "seconds": time.monotonic() - started,
-            "environment": next((r["environment"] for r in results.values() if r.get("environment")), {}),
-            "tests": read_junit(tests) if tests is not None else None,
-            "targets": [*(target.check(results) for target in suite.targets), codes_target(results)],
-            "sections": results,
-        }
-        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-        write_report(report, out / "report.md")
+        report = write()
     return report
 
 
@@ -146,6 +151,9 @@ def run_section(section: Section, path: str, device: str = "cuda") -> None:
                 save()
                 print(f"[{section.name}] {run.label}: done", flush=True)
             if section.throughput is not None:
+                from ..speed import environment
+
+                result["environment"] = environment(pipe, {"compile": _engine_compile(device)})
                 result["throughput"] = []
                 for rows in _throughput_rows(pipe, section.throughput, device):
                     result["throughput"] += rows  # saved per concurrency: a section stopped keeps them
@@ -226,11 +234,15 @@ def _throughput_rows(pipe, run: ThroughputRun, device: str) -> Iterator[list[dic
         warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
         for concurrency in run.concurrencies:
             prompts = load_prompts("shapes", max(run.n, concurrency))
-            compile = "cuda-graphs" if device.startswith("cuda") else False
             result = run_throughput(
-                pipe, run.samplers, prompts, [concurrency], compile=compile, progress=False
+                pipe, run.samplers, prompts, [concurrency], compile=_engine_compile(device), progress=False
             )
             yield result.to_dict()["rows"]
+
+
+def _engine_compile(device: str) -> str | bool:
+    """The engine sections' mode: captured steps on a GPU."""
+    return "cuda-graphs" if device.startswith("cuda") else False
 
 
 def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
