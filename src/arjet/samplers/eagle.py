@@ -1,6 +1,21 @@
 """`eagle`: speculative decoding with a trained drafter (EAGLE, Li et al. 2024; the drafter LANTERN and
 LANTERN++ train), over SJD-PAC's static tree; lossless with the exact rule.
 
+Notation (as `sjd-pac`'s, `arjet.samplers.sjd_pac`: `K` = `tree_width`, `D` = `tree_depth`, `M` the main
+chain, `S = M - 1` its draft slots, `r_k`, `t_{k+1}`; `B` images, `V` the image vocabulary):
+
+| here                     | paper (symbol)                                              | shape            |
+|--------------------------|-------------------------------------------------------------|------------------|
+| `drafting`               | the drafter (EAGLE's draft head) and its own KV cache       |                  |
+| `q`                      | the drafter's processed distribution at a chain slot, given | `[B, V]`         |
+|                          | the chain before it                                         |                  |
+| `drafts.codes`           | `x̃`: the main chain, drawn from `q` (`chain="drafter"`) or  | `[B, S]`         |
+|                          | the Jacobi drafts (`chain="jacobi"`)                        |                  |
+| `drafts.proposals`       | each main draft's proposal (`q`, or the Jacobi one)         | `[B, S, V]`      |
+| `sibling_q`              | `chain="jacobi"`: the drafter's `q` at each tree depth,     | `[B, D - 1, V]`  |
+|                          | what that depth's siblings are drawn from                   |                  |
+| `hidden`                 | the drafter's output that feeds the next chain slot         | `[rows, d]`      |
+
 The drafter (`session.drafter`, see `arjet.addons.drafter`) reads the target's last hidden states and
 proposes the next codes. After every forward of the target it catches up on the cells just committed (one
 drafter forward over the window: the target's hidden state at each committed input, paired with the
@@ -87,7 +102,9 @@ class Eagle(TreeSampler):
 
 class DrafterStepper(TreeStepper):
     """SJD-PAC's tree step with the drafter's proposals as the drafts (`start`, `redraft`): the main chain's
-    and the siblings' (`chain="drafter"`), or the siblings' only (`chain="jacobi"`)."""
+    and the siblings' (`chain="drafter"`), or the siblings' only (`chain="jacobi"`). The base stepper's
+    declared members it sets: `scheme`, `coupled`, `sibling_proposals`, `redraft` (`tracks_top1` follows
+    `scheme`: a random guess reads no argmax)."""
 
     per_image = (*TreeStepper.per_image, "sibling_q")
 
@@ -96,15 +113,14 @@ class DrafterStepper(TreeStepper):
         self.drafting = DraftingCache(decode.session)
         self.jacobi = sampler.chain == "jacobi"
         batch, vocab = self.n.shape[0], decode.session.vocab_size
-        self.sibling_q = torch.zeros(batch, self.tree.depth, vocab, device=self.n.device)
+        self.sibling_q = torch.zeros(batch, self.tree.depth, vocab, device=self.n.device)  # [B, D - 1, V]
 
-    def guess_scheme(self) -> str:
+    @property
+    def scheme(self) -> str:
         return "random"  # a Jacobi chain's new slots (eagle takes no init: drafter chains guess nothing)
 
-    def tracks_top1(self) -> bool:
-        return False
-
-    def coupling(self) -> bool:
+    @property
+    def coupled(self) -> bool:
         return self.jacobi
 
     def sibling_proposals(self) -> torch.Tensor:
@@ -122,13 +138,13 @@ class DrafterStepper(TreeStepper):
         self._chain(logits, out[:, 0])
 
     def redraft(
-        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor
+        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, u_guess: torch.Tensor
     ) -> None:
         """With Jacobi drafts, re-draft the chain from this step's outputs first. Then catch up on the cells
         this step committed (the target's hidden state at the node that predicted each, with its code) and
         draft from the last one's output: the chain, or the siblings' proposals along the Jacobi chain."""
         if self.jacobi:
-            super().redraft(outcome, active=active, line=line, guess=guess)
+            super().redraft(outcome, active=active, line=line, u_guess=u_guess)
         start = self.n - outcome.advanced
         cells = torch.where(outcome.committed, start[:, None] + self.positions, -1)
         logits, out = self.drafting.catch_up(self.tree.depth + line, outcome.codes, cells, outcome.advanced)

@@ -1,6 +1,27 @@
 """`eagle2`: speculative decoding with a trained drafter over a dynamic draft tree (EAGLE-2, Li et al. 2024;
 the tree LANTERN drafts), lossless with the exact rule.
 
+Notation (EAGLE-2, Li et al. 2024; `B` images, `V` the image vocabulary; the multi-draft rule's `r_k`,
+`t_{k+1}` as in `arjet.samplers.sjd_pac`):
+
+| here                     | paper (symbol)                                          | shape            |
+|--------------------------|---------------------------------------------------------|------------------|
+| `tree_width` (`K`)       | `K`: children drawn for every expanded node             |                  |
+| `expand` (`M`)           | nodes expanded per level after the root's (top scores)  |                  |
+| `tree_depth` (`D`)       | `D`: tree levels, the root included                     |                  |
+| `shape.nodes` (`N`)      | `1 + K + (D - 2) * M * K` nodes, the root included      |                  |
+| `shape.expansions` (`E`) | `1 + (D - 2) * M` expanded nodes, the root included     |                  |
+| `codes`                  | the next tree's codes (node 0: the root, unused)        | `[B, N]`         |
+| `expanded`               | the node each expansion expands                         | `[B, E]`         |
+| `proposals`              | `q`: each expansion's drafter distribution (processed)  | `[B, E, V]`      |
+| `scores`                 | path score `Σ log q` of a level's nodes                 | `[B, M * K]`,    |
+|                          |                                                         | `[B, K]` level 1 |
+| `t`                      | the target `p_θ(·)` at every node (processed)           | `[B, N, V]`      |
+| `line`                   | the path's node at every level (the last one repeated)  | `[B, D]`         |
+| `path`                   | the kept child at every level                           | `[B, D - 1]`     |
+| `p`                      | `t` along the path                                      | `[B, D, V]`      |
+| `verdict.accepted`       | `τ`: levels accepted                                    | `[B]`            |
+
 Every node of the tree has its own proposal: the drafter's processed distribution (its CFG-mixed logits
 through the target's temperature / top-k / top-p) given the node's whole path. The tree grows level by level
 from the root (the last committed code). The root gets `tree_width` children, drawn without replacement from
@@ -55,7 +76,6 @@ from .jacobi import (
 )
 from .options import option, step_bound
 from .random import sample
-from .sjd_pac import check_width
 
 CHILDREN = ("sample", "top")
 
@@ -112,7 +132,11 @@ class Eagle2(RuleSampler):
                 f"of {self.nodes:,} nodes, more than {bound}; use a tree of at most {allowed} nodes "
                 "(1 + tree_width + (tree_depth - 2) * expand * tree_width)"
             )
-        check_width(self.tree_width, vocab_size)
+        if vocab_size is not None and self.tree_width > vocab_size:  # children are drawn without replacement
+            raise ValueError(
+                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
+                f"vocabulary; use tree_width <= {vocab_size}"
+            )
         super().check_grid(grid, max_window, vocab_size=vocab_size)
 
     def stepper(self, decode: Decode) -> DynamicTreeStepper:
@@ -226,20 +250,22 @@ class DynamicTreeStepper(Stepper):
     def step(self) -> None:
         session, trace, shape = self.decode.session, self.decode.trace, self.shape
         cells, n = session.num_cells, self.n
-        active = n < cells
-        length = torch.where(active, cells - n, 0)  # cells left: level j is usable while j < length
-        u_accept = self.decode.random.uniform(shape.depth - 1, shape.width)
-        u_draw = self.decode.random.uniform(shape.depth)
+        active = n < cells  # [B]
+        length = torch.where(active, cells - n, 0)  # [B] cells left: level j is usable while j < length
+        u_accept = self.decode.random.uniform(shape.depth - 1, shape.width)  # [B, D - 1, K]
+        u_draw = self.decode.random.uniform(shape.depth)  # [B, D]
 
-        # 1. the queries: the accepted codes fed again, the root, every tree node in its branch slot
-        parent = self._parents()
-        query_cells = n[:, None] + self.offset
+        # 1. queries: the accepted codes fed again, the root, every tree node in its branch slot
+        parent = self._parents()  # [B, N]
+        query_cells = n[:, None] + self.offset  # [B, Q]
         live = torch.where(
             self.is_refeed, active[:, None] & (-self.offset <= self.pending[:, None]), query_cells < cells
         )
         committed = trace.codes.gather(1, (query_cells - 1).clamp(0, cells - 1))
         refed = self.refeed + 1  # the re-fed codes and the root feed committed codes
-        inputs = torch.cat([committed[:, :refed], self.codes[:, 1:]], 1).clamp(min=0)
+        inputs = torch.cat([committed[:, :refed], self.codes[:, 1:]], 1).clamp(min=0)  # [B, Q]
+
+        # 2. forward: every node sees the re-fed codes, its ancestors and itself
         logits = session.logits(
             torch.where(live, query_cells, -1),
             inputs,
@@ -247,15 +273,21 @@ class DynamicTreeStepper(Stepper):
             branch=self.branch.expand_as(query_cells),
             sees=self._sees(parent),
         )
-        t = self.decode.policy.probs(logits[:, self.refeed :])  # [B, N, V] the output of every node
 
-        # 2. walk the tree from the root; then the resampled or bonus code
-        line, path, verdict = self._walk(t, length, u_accept)
+        # 3. node targets: the processed output of every node
+        t = self.decode.policy.probs(logits[:, self.refeed :])  # [B, N, V]
+
+        # 4. walk the tree from the root: at each level the path's node's children are tried in draw order
+        #    (`verify_candidates`); the first that passes extends the path
+        line, path, verdict = self._walk(t, length, u_accept)  # [B, D], [B, D - 1]
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))  # [B, D, V] along the path
-        valid = self.positions < length[:, None]
+
+        # 5. resample the level where every child failed from its last residual, or a bonus code from the
+        #    path's last node
+        valid = self.positions < length[:, None]  # [B, D]
         advanced, committed_at, codes = resample(p, path, valid=valid, verdict=verdict, u_draw=u_draw)
 
-        # 3. commit: the re-fed codes and the root stay in the cache; the accepted nodes are fed again
+        # 6. commit: the re-fed codes and the root stay in the cache; the accepted nodes are fed again
         keep = torch.cat([torch.ones_like(live[:, :refed]), torch.zeros_like(live[:, refed:])], 1)
         session.commit(keep)
         trace.commit(torch.where(committed_at, n[:, None] + self.positions, -1), codes)
@@ -263,8 +295,8 @@ class DynamicTreeStepper(Stepper):
         start = n.clone()
         self.n += advanced
 
-        # 4. the drafter catches up on the committed cells (each paired with the target's hidden state at the
-        # node that predicted it), then drafts the next tree from the last one
+        # 7. the drafter catches up on the committed cells (each paired with the target's hidden state at the
+        #    node that predicted it), then drafts the next tree from the last one
         cells_at = torch.where(committed_at, start[:, None] + self.positions, -1)
         self._draft(*self.drafting.catch_up(self.refeed + line, codes, cells_at, advanced))
 

@@ -54,7 +54,7 @@ A guess that is a uniform random code is declared with a uniform proposal (as SJ
 guess with a point mass: both are the true distribution the draft was drawn from, so verification stays
 exact, and a random draft of code `x` passes with probability `min(1, V * p(x))` instead of `p(x)`.
 
-`jacobi_step`, `conclude`, `refill`, `refill_window` and `GuessesFreshSlots` are the steps' old entry points,
+`jacobi_step`, `conclude`, `refill` and `GuessesFreshSlots` are the steps' old entry points,
 kept (temporarily) until every step calls the pieces above inline.
 """
 
@@ -555,7 +555,7 @@ def conclude(
 refill = guess  # its old name (temporary)
 
 
-def refill_window(
+def guess_window(
     drafts: Drafts,
     start: torch.Tensor,
     decode: Decode,
@@ -595,7 +595,7 @@ class GuessesFreshSlots:
     [B, S]` slots inside the image, drawn with the uniforms `u`."""
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
-        refill_window(
+        guess_window(
             self.drafts,
             self.n,
             self.decode,

@@ -7,6 +7,34 @@ cell gets a bonus code), and the samples of every later position become the next
 (`arjet.samplers.jacobi` has the maths). New draft slots get an initial guess (`jacobi.guess`),
 declared with the proposal it was drawn from.
 
+Notation (the paper's §3; `B` images, `N` cells per image, `V` the image vocabulary; `jacobi.py` has the
+shared pieces' symbols):
+
+| here                        | paper (symbol)                                 | shape        |
+|-----------------------------|------------------------------------------------|--------------|
+| `window` (`L`)              | `L`: inputs per forward, position `j`          |              |
+|                             | predicts cell `n + j`                          |              |
+| `slots` (`S = L - 1`)       | draft slots (slot `j`: cell `n + j`)           |              |
+| `n`                         | `n`: the next undecoded cell of each image     | `[B]`        |
+| `window_cells`              | `n, n + 1, ..., n + L - 1`                     | `[B, L]`     |
+| `in_window`                 | positions whose cell is inside the image       | `[B, L]`     |
+| `drafts.codes`              | `x̃_{n+j}`                                      | `[B, S]`     |
+| `drafts.proposals` (`q`)    | `p_θ^{(k-1)}(·)`: what each draft was drawn    | `[B, S, V]`  |
+|                             | from                                           |              |
+| `p`                         | `p_θ^{(k)}(·)` (processed: CFG, temperature,   | `[B, L, V]`  |
+|                             | top-k, top-p)                                  |              |
+| `acceptance.verify`         | `min(1, p(x) / q(x))` (exact), LANTERN's       |              |
+|                             | relaxed `p̃` (`jacobi.verify`)                  |              |
+| `verdict.accepted`          | `τ`: drafts accepted                           | `[B]`        |
+| `advanced`                  | cells committed: `τ`, plus the resampled or    | `[B]`        |
+|                             | bonus code where its position is in the image  |              |
+| `coupling`                  | MC-SJD: a re-draft keeps the old `x̃` w.p.      |              |
+|                             | `min(1, p_t(x) / p_{t-1}(x))` (`jacobi.couple`)|              |
+| `u_accept`, `u_draw`,       | one uniform stream per decision                | `[B, L]`     |
+| `u_couple`, `u_guess`       |                                                |              |
+| `top1`                      | the latest argmax of each cell (`sample_*`     | `[B, N + 1]` |
+|                             | initial guesses; the last column is scratch)   |              |
+
 Lossless: with the exact acceptance rule the codes have exactly the distribution of `ar` under the same
 processed `p` (CFG, temperature, top-k, top-p), for every batch size; each image commits its own number of
 codes per forward. Every step has the same shapes and reads nothing back from the device.
@@ -25,13 +53,15 @@ from .jacobi import (
     AcceptanceRule,
     Drafts,
     Exact,
-    GuessesFreshSlots,
     RuleContext,
     RuleSampler,
     Uniforms,
-    jacobi_step,
+    guess_window,
+    redraft,
+    resample,
     scatter_where,
     uses_top1,
+    verify,
 )
 from .options import MAX_SIZE, check_fits_grid, option
 from .random import sample
@@ -63,7 +93,7 @@ class SJD(RuleSampler):
         return WindowStepper(self, decode)
 
 
-class WindowStepper(GuessesFreshSlots, Stepper):
+class WindowStepper(Stepper):
     """The state of an SJD decode between forwards, and its fixed-shape `step`.
 
     `window` is the window of the next step: the sampler's, unless an engine narrows it for a step (every
@@ -84,21 +114,21 @@ class WindowStepper(GuessesFreshSlots, Stepper):
         )
         self.window = self.reach = window = sampler.window
         self.slots = slots = window - 1
-        self.positions = torch.arange(window, device=device)
+        self.positions = torch.arange(window, device=device)  # [L]
         self.row_ends = (window - 1) // session.grid[1] + 1  # row ends one window's inputs can cross
         rule = sampler.acceptance
         self.soft_policy = decode.policy.soft() if decode.policy.greedy and rule.relaxes_greedy else None
-        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)  # latest argmax
-        self.n = torch.ones(batch, dtype=torch.long, device=device)  # the next cell to decode
+        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)  # [B, N + 1]
+        self.n = torch.ones(batch, dtype=torch.long, device=device)  # [B] the next cell to decode
         self.drafts = Drafts(
-            torch.zeros(batch, slots, dtype=torch.long, device=device),
-            torch.zeros(batch, slots, vocab, device=device),
+            torch.zeros(batch, slots, dtype=torch.long, device=device),  # [B, S]
+            torch.zeros(batch, slots, vocab, device=device),  # [B, S, V]
         )
 
     def start(self, first: torch.Tensor) -> None:
         self.n.fill_(1)
         self.top1.fill_(-1)
-        every_slot = torch.ones_like(self.drafts.codes, dtype=torch.bool)
+        every_slot = torch.ones_like(self.drafts.codes, dtype=torch.bool)  # [B, S]
         self._guess(every_slot, self.decode.random.uniform(self.reach)[:, : self.slots])
 
     def stop(self) -> None:
@@ -110,63 +140,98 @@ class WindowStepper(GuessesFreshSlots, Stepper):
             return
         session, trace, sampler = self.decode.session, self.decode.trace, self.sampler
         window, cells = self.window, session.num_cells
-        slots, positions = window - 1, self.positions[:window]
-        drafts = self.drafts if slots == self.slots else self.drafts.slots(slice(None, slots))
-        active = self.n < cells
-        length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # window cells in the image
-        in_window = positions < length[:, None]
-        window_cells = self.n[:, None] + positions
+        slots, positions = window - 1, self.positions[:window]  # S, [L]
 
-        # 1. one forward: the last committed code, then a draft for each of the next cells
-        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)
+        # 1. draft: the window's inputs are the last committed code, then a draft for each of the next cells
+        drafts = self.drafts if slots == self.slots else self.drafts.slots(slice(None, slots))  # [B, S]
+        active = self.n < cells  # [B]
+        length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # [B] window cells in the image
+        in_window = positions < length[:, None]  # [B, L]
+        window_cells = self.n[:, None] + positions  # [B, L]
+        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)  # [B, 1]
+
+        # 2. forward: one pass over the window; position j predicts cell n + j
         logits = session.logits(
             torch.where(in_window, window_cells, -1),
             torch.cat([last, drafts.codes], 1),
             row_ends=self.row_ends,
-        )
+        )  # [B, L, V]
+
+        # 3. target p and the uniforms; the proposals q are `drafts.proposals` [B, S, V]
         p = self.decode.policy.probs(logits)  # [B, L, V]
         context = RuleContext(session.codebook)
         if self.soft_policy is not None:
-            context.soft_p = self.soft_policy.probs(logits[:, :slots])
+            context.soft_p = self.soft_policy.probs(logits[:, :slots])  # [B, S, V]
         if uses_top1(sampler.init):
             scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+        u_accept, u_draw, u_couple, u_guess = self.decode.random.uniform(4, window).unbind(1)  # [B, L] each
 
-        # 2. verify the drafts, resample the first rejected one (or add a bonus code), commit
-        accept, draw, couple, guess = self.decode.random.uniform(4, window).unbind(1)
-        outcome = jacobi_step(
-            p,
+        # 4. verify: drafts pass left to right while u·q(x) < t(x) (the rule's target t: p when exact)
+        verdict = verify(
+            p[:, :slots],
             drafts,
-            valid=in_window,
+            usable=in_window[:, :slots],
             rule=sampler.acceptance,
             context=context,
-            uniforms=Uniforms(accept, draw, couple),
-            coupling=sampler.coupling,
-            carry_limit=length,
+            u_accept=u_accept[:, :slots],
         )
-        session.commit(in_window & (positions <= outcome.accepted[:, None]))
-        trace.commit(torch.where(outcome.committed, window_cells, -1), outcome.codes)
-        self.n += outcome.advanced
 
-        # 3. the samples after the commit are the next drafts; slots that carried none get initial guesses
+        # 5. resample: the first rejected position from norm(max(0, t - q)), else a bonus code from p
+        advanced, committed, codes = resample(
+            p, drafts.codes, valid=in_window, verdict=verdict, u_draw=u_draw
+        )  # [B], [B, L], [B, L]
+
+        # 6. commit: the accepted drafts' inputs to the cache, the committed codes to the trace
+        session.commit(in_window & (positions <= verdict.accepted[:, None]))
+        trace.commit(torch.where(committed, window_cells, -1), codes)
+        self.n += advanced
+
+        # 7. re-draft: every later position's sample from p (coupled with its old draft: MC-SJD) becomes the
+        #    next draft of its cell, with p as its proposal; slots that carried none get initial guesses
         if not self.slots:
             return
-        drafts.replace(outcome.next_drafts, outcome.next_proposals)
-        fresh = active[:, None] & ~outcome.carried
+        next_drafts, next_proposals, carried = redraft(
+            p,
+            drafts,
+            advanced=advanced,
+            uniforms=Uniforms(u_accept, u_draw, u_couple),
+            coupling=sampler.coupling,
+            carry_limit=length,
+        )  # [B, S], [B, S, V], [B, S]
+        drafts.replace(next_drafts, next_proposals)
+        fresh = active[:, None] & ~carried  # [B, S]
         if slots < self.slots:  # a narrower window: the slots past it start afresh
             fresh = torch.cat([fresh, active[:, None].expand(-1, self.slots - slots)], 1)
-            guess = self.decode.random.uniform(self.slots)
-        self._guess(fresh, guess[:, : self.slots])
+            u_guess = self.decode.random.uniform(self.slots)
+        self._guess(fresh, u_guess[:, : self.slots])
+
+    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        """`jacobi.guess` over the window's slots (cells `n`, `n + 1`, ...): the `fresh [B, S]` slots inside
+        the image get initial guesses, with the proposals they were drawn from, from the uniforms `u [B, S]`."""
+        guess_window(
+            self.drafts,
+            self.n,
+            self.decode,
+            scheme=self.sampler.init,
+            fresh=fresh,
+            top1=self.top1,
+            u=u,
+            uniform=self.sampler.acceptance.uniform_guesses,
+        )
 
     def _ar_step(self) -> None:
         """One code per image from the last committed one, as `ar` decodes (the window narrowed to one)."""
         session, trace = self.decode.session, self.decode.trace
-        active = self.n < session.num_cells
-        cell = torch.where(active, self.n, -1)[:, None]
-        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)
-        p = self.decode.policy.probs(session.logits(cell, last, row_ends=1))
-        code = sample(p, self.decode.random.uniform(1))
+        active = self.n < session.num_cells  # [B]
+        cell = torch.where(active, self.n, -1)[:, None]  # [B, 1]
+        last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)  # [B, 1]
+        # 1. forward: the last committed code predicts the next cell
+        p = self.decode.policy.probs(session.logits(cell, last, row_ends=1))  # [B, 1, V]
+        # 2. sample it from p
+        code = sample(p, self.decode.random.uniform(1))  # [B, 1]
         if uses_top1(self.sampler.init):
             scatter_where(self.top1, cell, p.argmax(-1), active[:, None])
+        # 3. commit
         session.commit(active[:, None])
         trace.commit(cell, code)
         self.n += active.long()

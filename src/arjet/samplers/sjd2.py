@@ -20,6 +20,43 @@ old draft is kept with probability `min(1, p(x) / q(x))`, else the new one comes
 marginal is still `p` (so the test above stays exact), but drafts stop flickering between equally likely
 codes, and with them the targets the noisy slots are denoised towards (`coupling=False` turns it off;
 the README's SJD2 section shows what it saves).
+
+Notation (the paper's; `B` images, `V` the image vocabulary, `d` the embedding width; SJD's symbols as in
+`sjd.py`, the shared pieces' in `jacobi.py`):
+
+| here                          | paper (symbol)                                 | shape        |
+|-------------------------------|------------------------------------------------|--------------|
+| `window` (`L`)                | `L`: inputs per forward, position `j`          |              |
+|                               | predicts cell `n + j`                          |              |
+| `slots` (`S = L - 1`)         | draft slots (slot `j`: cell `n + j`)           |              |
+| `n`                           | `n`: the next undecoded cell of each image     | `[B]`        |
+| `drafts.codes`                | `x̃_{n+j}`                                      | `[B, S]`     |
+| `drafts.proposals` (`q`)      | `p_θ^{(k-1)}(·)`: what each draft was drawn    | `[B, S, V]`  |
+|                               | from                                           |              |
+| `p`                           | `p_θ^{(k)}(·)` (processed: CFG, temperature,   | `[B, L, V]`  |
+|                               | top-k, top-p)                                  |              |
+| `top` (`K`)                   | denoising steps from pure noise to clean       |              |
+| `level`                       | each slot's level `k` in `0..K`; `t = k / K`   | `[B, S]`     |
+|                               | (0: clean)                                     |              |
+| `cap`                         | the noisiest level at distance `j` from the    | `[S]`        |
+|                               | front (0 at the front, `K` at the far end)     |              |
+| `noise.alpha`, `noise.sigma`  | `α_t = cos(πt / 2)`, `σ_t = sin(πt / 2)`       |              |
+| `table[x]`                    | `e(x)`: code `x`'s embedding                   | `[V, d]`     |
+| `state`                       | `z_t = α_t · norm(e) + σ_t · ε` (normalised)   | `[B, S, d]`  |
+| `noise.model_input`           | `e_t = denorm(z_t) + level_embedding(t)`: the  | `[B, S, d]`  |
+|                               | noisy slot's input                             |              |
+| `noise.denoise_step`          | one DDIM step `z_t -> z_{t'}` towards          | `[B, S, d]`  |
+|                               | `norm(e(x̃))`                                   |              |
+| `noisy`                       | slots fed `e_t` (`t > 0`) instead of `e(x̃)`    | `[B, S]`     |
+| `clean_before`                | positions whose `p` is a valid target: every   | `[B, L]`     |
+|                               | input before them is clean                     |              |
+| `verdict.accepted`            | `τ`: drafts accepted                           | `[B]`        |
+| `advanced`                    | cells committed (`τ`, plus the resampled or    | `[B]`        |
+|                               | bonus code where valid)                        |              |
+| `coupling`                    | MC-SJD: a re-draft keeps the old `x̃` w.p.      |              |
+|                               | `min(1, p(x) / q(x))` (`jacobi.couple`)        |              |
+| `u_accept`, `u_draw`,         | one uniform stream per decision                | `[B, L]`     |
+| `u_couple`, `u_fresh`         |                                                |              |
 """
 
 from __future__ import annotations
@@ -31,7 +68,17 @@ import torch
 
 from .base import Sampler
 from .decoding import Decode, Stepper
-from .jacobi import Drafts, Exact, RuleContext, Uniforms, guess_proposal, jacobi_step, random_codes
+from .jacobi import (
+    Drafts,
+    Exact,
+    RuleContext,
+    Uniforms,
+    guess_proposal,
+    random_codes,
+    redraft,
+    resample,
+    verify,
+)
 from .options import MAX_SIZE, check_fits_grid, option
 
 
@@ -106,70 +153,91 @@ class DenoisingStepper(Stepper):
 
     def step(self) -> None:
         session, trace, noise, drafts = self.decode.session, self.decode.trace, self.noise, self.drafts
-        window, slots, top, positions = self.window, self.slots, self.top, self.positions
+        window, slots, top, positions = self.window, self.slots, self.top, self.positions  # L, S, K, [L]
         vocab, dim = session.vocab_size, self.table.shape[-1]
         cells = session.num_cells
-        active = self.n < cells
-        length = torch.where(active, (cells - self.n).clamp(max=window), 0)
-        window_cells = self.n[:, None] + positions
-        in_window = positions < length[:, None]
-        query_cells = torch.where(in_window, window_cells, -1)
-        last = trace.codes.gather(1, (self.n - 1).clamp(min=0)[:, None]).clamp(min=0)
-        noisy = self.level > 0
-        inputs = torch.cat([last, drafts.codes], 1)
+        active = self.n < cells  # [B]
+        length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # [B] window cells in the image
+        window_cells = self.n[:, None] + positions  # [B, L]
+        in_window = positions < length[:, None]  # [B, L]
+
+        # 1. noisy inputs: the last committed code, then each slot's draft (clean) or its e_t (noisy)
+        query_cells = torch.where(in_window, window_cells, -1)  # [B, L]
+        last = trace.codes.gather(1, (self.n - 1).clamp(min=0)[:, None]).clamp(min=0)  # [B, 1]
+        noisy = self.level > 0  # [B, S]
+        inputs = torch.cat([last, drafts.codes], 1)  # [B, L]
         embeddings = torch.cat(
             [torch.zeros_like(self.state[:, :1]), noise.model_input(self.state, self.level / top)], 1
-        )
-        embedded = torch.cat([torch.zeros_like(noisy[:, :1]), noisy], 1)
+        )  # [B, L, d]
+        embedded = torch.cat([torch.zeros_like(noisy[:, :1]), noisy], 1)  # [B, L]: fed `embeddings`
+
+        # 2. forward: one pass over the window; position j predicts cell n + j
         logits = session.logits(
             query_cells,
             inputs,
             embeddings=embeddings,
             embedded=embedded,
             row_ends=(window - 1) // session.grid[1] + 1,
-        )
-        p = self.decode.policy.probs(logits)
+        )  # [B, L, V]
 
-        # verify, resample, commit: a position's p is a valid target only while every input before it is clean
+        # 3. target p and the uniforms; the proposals q are `drafts.proposals` [B, S, V]
+        p = self.decode.policy.probs(logits)  # [B, L, V]
+        # a position's p is a valid target only while every input before it is clean
         clean_before = torch.cat([torch.ones_like(noisy[:, :1]), (~noisy).long().cumprod(1).bool()], 1)
-        accept, draw, couple, fresh_u = self.decode.random.uniform(4, window).unbind(1)
-        outcome = jacobi_step(
-            p,
+        valid = in_window & clean_before  # [B, L]
+        u_accept, u_draw, u_couple, u_fresh = self.decode.random.uniform(4, window).unbind(1)  # [B, L] each
+
+        # 4. verify: drafts pass left to right while u·q(x) < p(x), up to the first noisy input
+        verdict = verify(
+            p[:, :slots],
             drafts,
-            valid=in_window & clean_before,
+            usable=valid[:, :slots],
             rule=Exact(),
             context=RuleContext(),
-            uniforms=Uniforms(accept, draw, couple),
+            u_accept=u_accept[:, :slots],
+        )
+
+        # 5. resample: the first rejected position from norm(max(0, p - q)), else a bonus code from p
+        advanced, committed, codes = resample(
+            p, drafts.codes, valid=valid, verdict=verdict, u_draw=u_draw
+        )  # [B], [B, L], [B, L]
+
+        # 6. commit: the accepted clean inputs to the cache, the committed codes to the trace
+        fed_clean = torch.cat([torch.ones_like(noisy[:, :1]), ~noisy], 1)  # [B, L]
+        session.commit((positions <= verdict.accepted[:, None]) & fed_clean & in_window)
+        trace.commit(torch.where(committed & in_window, window_cells, -1), codes)
+        self.n += advanced
+
+        # 7. slide and denoise: every slot's new draft is its cell's sample from p (coupled with the old draft:
+        #    MC-SJD); each noisy slot takes one DDIM step towards its draft; new slots enter as pure noise
+        next_drafts, next_proposals, inside = redraft(
+            p,
+            drafts,
+            advanced=advanced,
+            uniforms=Uniforms(u_accept, u_draw, u_couple),
             coupling=self.coupling,
             carry_limit=torch.full_like(self.n, window),
-        )
-        fed_clean = torch.cat([torch.ones_like(noisy[:, :1]), ~noisy], 1)
-        session.commit((positions <= outcome.accepted[:, None]) & fed_clean & in_window)
-        trace.commit(torch.where(outcome.committed & in_window, window_cells, -1), outcome.codes)
-
-        # slide the window: every slot's new draft comes from this forward; denoise; new slots enter as noise
-        inside = outcome.carried
-        source = (outcome.advanced[:, None] + positions[:slots]).clamp(max=window - 1)
-        fresh = random_codes(fresh_u[:, :slots], vocab)
-        codes = torch.where(inside, outcome.next_drafts, fresh)
-        proposals = torch.where(
-            inside[..., None], outcome.next_proposals, guess_proposal(codes, ~inside, vocab)
-        )
-        noise_draws = self.decode.random.normal(window, dim)
-        shifted_level = torch.cat([self.level, torch.full_like(self.level[:, :1], top)], 1)
-        shifted_state = torch.cat([self.state, noise_draws[:, :1]], 1)
-        old_level = torch.where(inside, shifted_level.gather(1, source), top)
+        )  # [B, S], [B, S, V], [B, S]: the slot's cell was in this window
+        source = (advanced[:, None] + positions[:slots]).clamp(max=window - 1)  # [B, S]
+        fresh = random_codes(u_fresh[:, :slots], vocab)  # [B, S]
+        new_codes = torch.where(inside, next_drafts, fresh)  # [B, S]
+        new_proposals = torch.where(
+            inside[..., None], next_proposals, guess_proposal(new_codes, ~inside, vocab)
+        )  # [B, S, V]
+        noise_draws = self.decode.random.normal(window, dim)  # [B, L, d]
+        shifted_level = torch.cat([self.level, torch.full_like(self.level[:, :1], top)], 1)  # [B, L]
+        shifted_state = torch.cat([self.state, noise_draws[:, :1]], 1)  # [B, L, d]
+        old_level = torch.where(inside, shifted_level.gather(1, source), top)  # [B, S]
         new_state = torch.where(
             inside[..., None],
             shifted_state.gather(1, source[..., None].expand(-1, -1, dim)),
             noise_draws[:, 1:],
-        )
-        next_level = torch.minimum((old_level - inside.long()).clamp(min=0), self.cap)
-        denoised = noise.denoise_step(new_state, self.table[codes], old_level / top, next_level / top)
+        )  # [B, S, d]
+        next_level = torch.minimum((old_level - inside.long()).clamp(min=0), self.cap)  # [B, S]
+        denoised = noise.denoise_step(new_state, self.table[new_codes], old_level / top, next_level / top)
         self.state.copy_(torch.where((old_level > 0)[..., None], denoised, new_state))
         self.level.copy_(torch.where(active[:, None], next_level, self.level))
         drafts.replace(
-            torch.where(active[:, None], codes, drafts.codes),
-            torch.where(active[:, None, None], proposals, drafts.proposals),
+            torch.where(active[:, None], new_codes, drafts.codes),
+            torch.where(active[:, None, None], new_proposals, drafts.proposals),
         )
-        self.n += outcome.advanced

@@ -1,5 +1,28 @@
 """`sjd-pac`: SJD with proactive drafting and adaptive continuation (Kang et al., CVPR 2026), lossless.
 
+Notation (Kang et al., CVPR 2026; `jacobi.py` has SJD's symbols; `B` images, `V` the image vocabulary):
+
+| here                        | paper (symbol)                                        | shape               |
+|-----------------------------|-------------------------------------------------------|---------------------|
+| `tree_width` (`tree.width`) | `K`: candidates per depth (the main draft, siblings)  |                     |
+| `tree_depth`                | `D`: tree levels, the root included                   |                     |
+| `tree.depth`                | `D - 1`: draft depths with siblings (0 when `K = 1`)  |                     |
+| `tree.main`                 | `M`: the main chain (the root, its drafts); position  |                     |
+|                             | `j` predicts cell `n + j`                             |                     |
+| `S = M - 1`                 | main draft slots (slot `j`: cell `n + j`)             |                     |
+| `N`; `Q = D - 1 + N`        | tree nodes; queries (re-fed codes, then the nodes)    |                     |
+| `n`                         | `n`: the next undecoded cell                          | `[B]`               |
+| `drafts.codes`              | `x̃`: the main chain's drafts                          | `[B, S]`            |
+| `drafts.proposals` (`q`)    | what each main draft was drawn from                   | `[B, S, V]`         |
+| `siblings`                  | a depth's other `K - 1` candidates                    | `[B, D - 1, K - 1]` |
+| `sibling_q`                 | what a depth's siblings are drawn from                | `[B, D - 1, V]`     |
+| `candidate_proposal`        | `r_k`: `q` without the candidates before `k`          | `[B, V]`            |
+| `t`                         | `p_θ(·)` at every tree node (processed)               | `[B, N, V]`         |
+| `verify_candidates`         | `t_1 = t`, `t_{k+1} = norm(max(0, t_k - r_k))`        | `[B, K]`            |
+| `line`                      | the node whose output predicts each position          | `[B, M]`            |
+| `p`                         | `t` along the kept path                               | `[B, M, V]`         |
+| `verdict.accepted`          | `τ`: candidates accepted                              | `[B]`               |
+
 Every forward verifies a window of `window` inputs that form a tree: the root feeds the last committed code;
 a main chain of drafts follows it, and at its first `tree_depth - 1` draft depths every node has
 `tree_width` children: the main draft and `tree_width - 1` siblings, all depths sharing one candidate set
@@ -24,7 +47,8 @@ it draws the next window's siblings from the coupling's residual while declaring
 
 `acceptance=Lantern(...)` verifies every candidate against LANTERN's relaxed target instead (the
 training-free `lantern++`: a static tree with LANTERN's rule), and is then no longer exact (see `lantern`).
-`eagle` (`arjet.samplers.eagle`) runs this same step with a drafter's proposals in place of the Jacobi drafts.
+`eagle` (`arjet.samplers.eagle`) runs this same step with a drafter's proposals in place of the Jacobi drafts:
+it sets the stepper's declared members (`scheme`, `coupled`, `tracks_top1`, `sibling_proposals`, `redraft`).
 
 A path that left the main line sits in the session's branch slots; its codes are fed again at their own
 slots at the head of the next window (so the window reserves `tree_depth - 1` more inputs).
@@ -48,14 +72,15 @@ from .jacobi import (
     AcceptanceRule,
     Drafts,
     Exact,
-    GuessesFreshSlots,
     JacobiOutcome,
     RuleContext,
     RuleSampler,
     Uniforms,
     Verdict,
-    conclude,
     draw_candidates,
+    guess_window,
+    redraft,
+    resample,
     scatter_where,
     uses_top1,
     verify,
@@ -151,8 +176,8 @@ class TreeLayout:
     re-fed committed codes first (the oldest first), then the nodes."""
 
     width: int  # K: candidates per tree depth
-    depth: int  # tree depths with siblings (1..depth)
-    main: int  # M: root + main chain
+    depth: int  # D - 1: draft depths with siblings (fewer on a short main chain; 0 when K = 1)
+    main: int  # M: the positions verified per forward (the root, then the main chain's drafts)
     offset: torch.Tensor  # [Q] query predicts cell n + offset
     source: torch.Tensor  # [Q] index into cat(main drafts, siblings.flatten) (-1: a committed code)
     branch: torch.Tensor  # [Q] branch slot (-1: the cell's own slot)
@@ -224,9 +249,12 @@ class TreeLayout:
         )
 
 
-class TreeStepper(GuessesFreshSlots, Stepper):
-    """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`. Where the drafts come from
-    is `start` and `redraft` (Jacobi re-drafts here; a drafter's in `eagle`)."""
+class TreeStepper(Stepper):
+    """The state of an SJD-PAC decode between forwards, and its fixed-shape `step`.
+
+    Where the drafts come from is the stepper's declared members, which `eagle`'s drafter stepper sets:
+    `scheme` (fresh slots' guesses), `coupled` (MC-SJD re-drafts), `tracks_top1` (the latest argmax per cell),
+    `sibling_proposals` (what the siblings are drawn from) and `redraft` (the next drafts, step 8)."""
 
     per_image = ("n", "pending", "drafts", "top1")
 
@@ -239,21 +267,41 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         session.reserve_branches(tree.extra)
         batch, vocab = session.batch_size, session.vocab_size
         self.slots = slots = tree.main - 1
-        self.positions = torch.arange(tree.main, device=device)
+        self.positions = torch.arange(tree.main, device=device)  # [M]
         width = session.grid[1]
         queries = tree.offset.shape[0]
         self.row_ends = min(queries, (tree.depth + tree.main - 1) // width + 1 + tree.extra)
-        self.is_refeed = torch.arange(queries, device=device) < tree.depth
-        self.main_nodes = torch.arange(tree.main, device=device)
+        self.is_refeed = torch.arange(queries, device=device) < tree.depth  # [Q]
+        self.main_nodes = torch.arange(tree.main, device=device)  # [M]
         self.reach = tree.main + tree.depth
 
-        self.n = torch.ones(batch, dtype=torch.long, device=device)
-        self.pending = torch.zeros(batch, dtype=torch.long, device=device)  # committed codes to feed again
+        self.n = torch.ones(batch, dtype=torch.long, device=device)  # [B] the next cell to decode
+        self.pending = torch.zeros(batch, dtype=torch.long, device=device)  # [B] codes to feed again
         self.drafts = Drafts(
             torch.zeros(batch, slots, dtype=torch.long, device=device),
             torch.zeros(batch, slots, vocab, device=device),
         )
-        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)
+        self.top1 = torch.full((batch, cells + 1), -1, dtype=torch.long, device=device)  # latest argmax
+
+    @property
+    def scheme(self) -> str:
+        """How fresh draft slots are guessed: the sampler's `init`."""
+        return self.sampler.init
+
+    @property
+    def coupled(self) -> bool:
+        """Whether re-drafts are coupled with the old drafts (MC-SJD): the sampler's `coupling`."""
+        return self.sampler.coupling
+
+    @property
+    def tracks_top1(self) -> bool:
+        """Whether the latest argmax of every cell is kept (for the `scheme`s that read it)."""
+        return uses_top1(self.scheme)
+
+    def sibling_proposals(self) -> torch.Tensor:
+        """`[B, D - 1, V]`: the proposal each tree depth's siblings are drawn from (without replacement, after
+        the main draft): the main draft's own proposal here."""
+        return self.drafts.proposals[:, : self.tree.depth]
 
     def start(self, first: torch.Tensor) -> None:
         self.n.fill_(1)
@@ -270,28 +318,34 @@ class TreeStepper(GuessesFreshSlots, Stepper):
     def step(self) -> None:
         session, trace, tree, drafts = self.decode.session, self.decode.trace, self.tree, self.drafts
         cells, n = session.num_cells, self.n
-        active = n < cells
-        length = torch.where(active, (cells - n).clamp(max=tree.main), 0)
+        active = n < cells  # [B]
+        length = torch.where(active, (cells - n).clamp(max=tree.main), 0)  # [B] positions inside the image
         valid = self.positions < length[:, None]  # [B, M]: position j predicts cell n + j inside the image
-        accept, draw, couple, guess = self.decode.random.uniform(4, tree.main).unbind(1)
-        # siblings' draws and acceptance tests (no tree: no draw, so that a one-wide tree decodes as mc-sjd)
+        # the uniforms, [B, M] each
+        u_accept, u_draw, u_couple, u_guess = self.decode.random.uniform(4, tree.main).unbind(1)
+        # the siblings' draws and acceptance tests, [B, D - 1, K] each (no tree: no draw, so that a one-wide
+        # tree decodes as mc-sjd)
         sibling_draw, sibling_accept = (
             self.decode.random.uniform(2, tree.depth, tree.width).unbind(1)
             if tree.depth
-            else accept.new_zeros(2, n.shape[0], 0, 1).unbind(0)
+            else u_accept.new_zeros(2, n.shape[0], 0, 1).unbind(0)
         )
 
-        # 1. the window's queries: re-fed committed codes, the root, the main chain, the off-main tree nodes
-        sibling_q = self.sibling_proposals()
+        # 1. queries: the re-fed committed codes, the root, the main chain, the off-main tree nodes (each
+        #    depth's siblings drawn without replacement from `sibling_q` after its main draft)
+        sibling_q = self.sibling_proposals()  # [B, D - 1, V]
         siblings = draw_candidates(sibling_q, drafts.codes[:, : tree.depth], sibling_draw[..., 1:])
-        candidates = torch.cat([drafts.codes, siblings.flatten(1)], 1)
-        query_cells = n[:, None] + tree.offset
+        candidates = torch.cat([drafts.codes, siblings.flatten(1)], 1)  # [B, S + (D - 1)(K - 1)]
+        query_cells = n[:, None] + tree.offset  # [B, Q]
         live = torch.where(
             self.is_refeed, active[:, None] & (-tree.offset <= self.pending[:, None]), query_cells < cells
         )
         committed = trace.codes.gather(1, (query_cells - 1).clamp(0, cells - 1))
         drafted = candidates.gather(1, tree.source.clamp(min=0).expand_as(query_cells))
-        inputs = torch.where(tree.source < 0, committed, drafted).clamp(min=0)
+        inputs = torch.where(tree.source < 0, committed, drafted).clamp(min=0)  # [B, Q]
+
+        # 2. forward: every node sees the re-fed codes, its ancestors and itself (the off-main ones in branch
+        #    slots)
         logits = session.logits(
             torch.where(live, query_cells, -1),
             inputs,
@@ -299,9 +353,12 @@ class TreeStepper(GuessesFreshSlots, Stepper):
             branch=tree.branch.expand_as(query_cells),
             sees=tree.sees,
         )
-        t = self.decode.policy.probs(logits[:, tree.depth :])  # [B, N, V] the output of every node
 
-        # 2. walk the tree, then the main chain beyond it
+        # 3. node targets: the processed output of every tree node
+        t = self.decode.policy.probs(logits[:, tree.depth :])  # [B, N, V]
+
+        # 4. walk the tree from the root: at each depth the candidates below the path's node are tried in
+        #    order against its target (`verify_candidates`); the first that passes extends the path
         rule, context = self.sampler.acceptance, RuleContext(session.codebook)
         walk = walk_tree(
             t,
@@ -316,61 +373,50 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         )
         beyond = self.main_nodes[tree.depth + 1 :].expand(n.shape[0], -1)
         line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
-        p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))
-        if self.tracks_top1():
+        p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))  # [B, M, V]
+        if self.tracks_top1:
             window_cells = n[:, None] + self.positions
             scatter_where(self.top1, window_cells, p.argmax(-1), valid)
+
+        # 5. verify the main chain past the tree, as SJD does (where the walk stayed on it)
         chain = verify(
             p[:, tree.depth : self.slots],
             drafts.slots(slice(tree.depth, None)),
             usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
             rule=rule,
             context=context,
-            u_accept=accept[:, tree.depth : self.slots],
+            u_accept=u_accept[:, tree.depth : self.slots],
         )
         verdict = Verdict(
             walk.accepted + chain.accepted,
             walk.rejected | chain.rejected,
             torch.where(walk.rejected[:, None], walk.rest, chain.rest),
         )
-        path = torch.cat([walk.codes, drafts.codes[:, tree.depth :]], 1)  # the kept candidates, then main
-        outcome = self.conclude(p, path, valid, verdict, Uniforms(accept, draw, couple), length)
 
-        # 3. commit: keep the inputs of the main line up to where the kept path leaves it
-        on_main = (walk.ranks == 0).long().cumprod(1).sum(1)
+        # 6. resample the first rejected position from its residual (or a bonus code from the path's last
+        #    node), and every later position's sample for the next drafts (`conclude`)
+        path = torch.cat([walk.codes, drafts.codes[:, tree.depth :]], 1)  # [B, S] kept candidates, then main
+        outcome = self.conclude(p, path, valid, verdict, Uniforms(u_accept, u_draw, u_couple), length)
+
+        # 7. commit: keep the inputs of the main line up to where the kept path leaves it; the kept path's
+        #    off-main codes are fed again next step (`pending`)
+        on_main = (walk.ranks == 0).long().cumprod(1).sum(1)  # [B] depths passed on the main line
         kept_main = torch.where(on_main >= tree.depth, verdict.accepted, on_main)
-        keep_nodes = self.main_nodes <= kept_main[:, None]  # the root and the main drafts kept
+        keep_nodes = self.main_nodes <= kept_main[:, None]  # [B, M] the root and the main drafts kept
         refed, off_main = (
             torch.full_like(live[:, :1], flag).expand(-1, size)
             for flag, size in ((True, tree.depth), (False, tree.extra))
         )
-        keep = torch.cat([refed, keep_nodes, off_main], 1)
+        keep = torch.cat([refed, keep_nodes, off_main], 1)  # [B, Q]
         session.commit(keep)
         window_cells = n[:, None] + self.positions
         trace.commit(torch.where(outcome.committed, window_cells, -1), outcome.codes)
         self.pending.copy_(torch.where(active, outcome.advanced - 1 - kept_main, 0).clamp(min=0))
         self.n += outcome.advanced
 
-        # 4. the next drafts
+        # 8. re-draft: the samples after the commit become the next drafts; fresh slots get initial guesses
         if self.slots:
-            self.redraft(outcome, active=active, line=line, guess=guess)
-
-    def redraft(
-        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, guess: torch.Tensor
-    ) -> None:
-        """The samples after the commit become the next drafts; new slots get initial guesses. `line [B, M]`:
-        the node whose output predicted each window position; `guess [B, M]` uniforms."""
-        self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
-        self._guess(active[:, None] & ~outcome.carried, guess[:, : self.slots])
-
-    def sibling_proposals(self) -> torch.Tensor:
-        """`[B, D, V]`: the proposal each tree depth's siblings are drawn from (without replacement, after the
-        main draft): the main draft's own proposal here."""
-        return self.drafts.proposals[:, : self.tree.depth]
-
-    def tracks_top1(self) -> bool:
-        """Whether the latest argmax of every cell is kept (for the `init` schemes that read it)."""
-        return uses_top1(self.sampler.init)
+            self.redraft(outcome, active=active, line=line, u_guess=u_guess)
 
     def conclude(
         self,
@@ -381,21 +427,44 @@ class TreeStepper(GuessesFreshSlots, Stepper):
         uniforms: Uniforms,
         length: torch.Tensor,
     ) -> JacobiOutcome:
-        """Resample, commit and redraft along the window's line (`jacobi.conclude`): `path [B, S]` holds
-        the kept candidate of each tree depth, then the main drafts."""
-        return conclude(
+        """Step 6 along the window's line: `resample` the first rejected position (or a bonus), then every
+        later position's sample (`redraft`, coupled when `coupled`). `p [B, M, V]`; `path [B, S]` holds the
+        kept candidate of each tree depth, then the main drafts; `valid [B, M]`; `length [B]` the carry
+        limit."""
+        advanced, committed, codes = resample(p, path, valid=valid, verdict=verdict, u_draw=uniforms.draw)
+        next_drafts, next_proposals, carried = redraft(
             p,
             Drafts(path, self.drafts.proposals),
-            valid=valid,
-            verdict=verdict,
+            advanced=advanced,
             uniforms=uniforms,
-            coupling=self.coupling(),
+            coupling=self.coupled,
             carry_limit=length,
         )
+        return JacobiOutcome(
+            advanced, committed, codes, verdict.accepted, next_drafts, next_proposals, carried
+        )
 
-    def coupling(self) -> bool:
-        """Whether re-drafts are coupled with the old drafts (MC-SJD)."""
-        return self.sampler.coupling
+    def redraft(
+        self, outcome: JacobiOutcome, *, active: torch.Tensor, line: torch.Tensor, u_guess: torch.Tensor
+    ) -> None:
+        """Step 8: the samples after the commit become the next drafts; new slots get initial guesses.
+        `line [B, M]`: the node whose output predicted each window position; `u_guess [B, M]` uniforms."""
+        self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
+        self._guess(active[:, None] & ~outcome.carried, u_guess[:, : self.slots])
+
+    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        """Initial guesses (`jacobi.guess`), with the proposals they were drawn from, for the `fresh [B, S]`
+        slots inside the image (slot `j` guesses cell `n + j`), drawn with the uniforms `u [B, S]`."""
+        guess_window(
+            self.drafts,
+            self.n,
+            self.decode,
+            scheme=self.scheme,
+            fresh=fresh,
+            top1=self.top1,
+            u=u,
+            uniform=self.sampler.acceptance.uniform_guesses,
+        )
 
 
 @dataclass
@@ -405,9 +474,9 @@ class Walk:
     accepted: torch.Tensor  # [B] tree depths accepted
     rejected: torch.Tensor  # [B] bool: a tree depth rejected every candidate
     rest: torch.Tensor  # [B, V] that depth's last recursive residual
-    ranks: torch.Tensor  # [B, D] the kept sibling at each accepted depth (0 elsewhere)
-    codes: torch.Tensor  # [B, D] the kept candidate of each depth (the main draft where none was kept)
-    line: torch.Tensor  # [B, D + 1] the path's node at depths 0..D, then rank-0 children past its end
+    ranks: torch.Tensor  # [B, D - 1] the kept sibling at each accepted depth (0 elsewhere)
+    codes: torch.Tensor  # [B, D - 1] the kept candidate of each depth (the main draft where none was kept)
+    line: torch.Tensor  # [B, D] the path's node at depths 0..D - 1, then rank-0 children past its end
     on_main: torch.Tensor  # [B] bool: every tree depth passed with its main draft (the chain goes on)
 
 
@@ -425,8 +494,9 @@ def walk_tree(
 ) -> Walk:
     """Verify the tree depths from the root: at each depth the candidates below the path's node are tried in
     order (`verify_candidates`, with `rule`: exact by default) and the first that passes extends the path.
-    `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D, K-1]` drawn from
-    `sibling_q [B, D, V]` (default: the main drafts' proposals); `valid [B, M]`; `u [B, D, K]`."""
+    `t [B, N, V]` node outputs; `drafts` `[B, S]` (the main drafts), `siblings [B, D - 1, K - 1]` drawn
+    from `sibling_q [B, D - 1, V]` (default: the main drafts' proposals); `valid [B, M]`;
+    `u [B, D - 1, K]`."""
     batch = t.shape[0]
     node = torch.zeros(batch, dtype=torch.long, device=t.device)
     alive = torch.ones(batch, dtype=torch.bool, device=t.device)
