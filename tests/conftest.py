@@ -5,23 +5,103 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `arjet` runs: a core that turns busy costs little
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import uuid  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from arjet import machine  # noqa: E402
 from arjet.pipelines.threads import PROCESS_THREADS  # noqa: E402
 
-# Every pipeline call of the test process runs on one fixed count, as under the command line's `--threads`:
+# Every pipeline call of a test process runs on one fixed count, as under the command line's `--threads`:
 # a call otherwise takes one thread per core other processes leave free, and two calls compared pixel for
 # pixel (or code for code) would then round float32 sums differently whenever the machine's load changed
-# between them. The count is chosen once, as `arjet` chooses it (one per core other processes leave free,
-# at most two), so that the suite beside busy processes runs at the speed of the cores it has. Tests of that
-# choice unpin it themselves (tests/pipelines/test_threads.py).
-TEST_THREADS = min(2, machine.THREADS.choose())
+# between them. The count is chosen once per run, as `arjet` chooses it (one per core other processes leave
+# free), so that the suite beside busy processes runs at the speed of the cores it has: run alone, the test
+# process takes them (at most two); run by pytest-xdist, the controller chooses before it starts its workers
+# and each of the N workers takes an Nth of them (at least one), so that N workers never ask for more threads
+# than there are free cores (two workers on two cores: one thread each, not four). Tests of that choice unpin
+# it themselves (tests/pipelines/test_threads.py).
+FREE_CORES_VARIABLE = "ARJET_TEST_FREE_CORES"  # the controller's choice, read by its workers
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(FREE_CORES_VARIABLE):
+    FREE_CORES = int(os.environ[FREE_CORES_VARIABLE])
+else:
+    FREE_CORES = machine.THREADS.choose()
+TEST_THREADS = min(2, max(1, FREE_CORES // WORKERS))
 
 from families import FAMILIES  # noqa: E402
 
 PROCESS_THREADS.pin(TEST_THREADS)
+
+
+# -- parallel by default ---------------------------------------------------------------------------------
+# `python3 -m pytest` runs the tests in one pytest-xdist worker per usable core (`-n auto`), each worker
+# taking the next tests of one contiguous share and stealing from the others' when it runs dry
+# (`--dist worksteal`): most tests are Python overhead on tiny models, and a module's tests mostly stay on
+# one worker, so its module-scoped pipelines are built once. Set here rather than in `addopts`, so that
+# `-p no:xdist` (and a machine without xdist) still runs serially, as `-n 0` does; any `-n`, `--dist` or
+# `--tx` given on the command line wins.
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns `-n` into workers
+def pytest_cmdline_main(config):
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None and not config.option.tx:
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
+
+
+# a worker's peak memory was 2.0 GB (the demo's tests, Chromium included); and room for what tests start
+WORKER_BYTES = 3 << 30
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may use (its affinity mask, as `arjet` counts cores;
+    xdist's own count is of physical cores and ignores the mask), as many as the free memory holds.
+    `PYTEST_XDIST_AUTO_NUM_WORKERS` wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    free = machine.available_bytes("cpu")
+    cores = machine.usable_cores()
+    return max(1, cores if free is None else min(cores, free // WORKER_BYTES))
+
+
+def _distributes(config) -> bool:
+    """Whether this process is an xdist controller, which only hands tests to its workers."""
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+
+
+GRADIO_DIR = pytest.StashKey[tuple[str, str | None]]()  # (this process's folder, GRADIO_TEMP_DIR before)
+
+
+def pytest_configure(config):
+    if _distributes(config):  # its workers start after this: they share out the cores it found free
+        os.environ[FREE_CORES_VARIABLE] = str(FREE_CORES)
+        return
+    # Gradio's servers cache the images they hand out in one folder shared by every process (/tmp/gradio),
+    # written in place under the image's hash: a process serving an image another one is writing (two
+    # workers running the demo's tests on the same prompt and seed) could hand out half a file. Each test
+    # process gets a folder of its own (inside GRADIO_TEMP_DIR where that is set), which Gradio makes when
+    # it first caches a file, removed at the process's end.
+    before = os.environ.get("GRADIO_TEMP_DIR")
+    folder = os.path.join(before or tempfile.gettempdir(), f"arjet-tests-gradio-{uuid.uuid4().hex}")
+    config.stash[GRADIO_DIR] = (folder, before)
+    os.environ["GRADIO_TEMP_DIR"] = folder
+
+
+def pytest_unconfigure(config):
+    if GRADIO_DIR not in config.stash:
+        return
+    folder, before = config.stash[GRADIO_DIR]
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("GRADIO_TEMP_DIR", None)
+    else:
+        os.environ["GRADIO_TEMP_DIR"] = before
 
 
 def pytest_collection_modifyitems(config, items):
