@@ -146,8 +146,8 @@ def test_the_counter_sees_a_host_read(counted):
     assert spy.reads >= max(s.forward_passes for s in out.stats)
 
 
-def test_zipar_lane_slots_follow_the_schedule():
-    from arjet.samplers.zipar import lane_slots
+def test_zipar_row_slots_follow_the_schedule():
+    from arjet.samplers.zipar import row_slots
 
-    assert lane_slots(48, 48, 16) == 4 and lane_slots(48, 48, 48) == 1 and lane_slots(3, 48, 1) == 3
+    assert row_slots(48, 48, 16) == 4 and row_slots(48, 48, 48) == 1 and row_slots(3, 48, 1) == 3
     assert ZipAR(w=2).lags((3, 4)) == [1, 1] and ZipAR(w=3, schedule="llamagen").lags((4, 4)) == [4, 3, 3]

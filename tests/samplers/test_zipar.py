@@ -65,8 +65,8 @@ def test_forward_counts_of_the_official_scripts(grid, sampler, forwards):
     assert (out.codes >= 0).all()
 
 
-def test_default_window_size_follows_the_grid_width():
-    assert ZipAR().window_size(48) == 16 and ZipAR().window_size(90) == 16 and ZipAR().window_size(32) == 8
+def test_default_lead_follows_the_grid_width():
+    assert ZipAR().lead(48) == 16 and ZipAR().lead(90) == 16 and ZipAR().lead(32) == 8
     with pytest.raises(ValueError, match="schedule must be one of lumina, llamagen"):
         ZipAR(schedule="spiral")
 
@@ -121,7 +121,7 @@ def _visible_inputs(cells, codes, ephemeral, group, query: int) -> dict[int, int
 )
 def test_each_query_sees_exactly_the_cells_decoded_before_it(family, sampler, monkeypatch):
     """Compare every query with a full forward over exactly what it may see: the cells decoded before the
-    forward, plus this forward's inputs in its own lane (the row's drafts; for a row start, the placeholder
+    forward, plus this forward's inputs in its own row (the row's drafts; for a row start, the placeholder
     standing in for the missing cell before it). No empty cell and no other row's draft is ever seen.
 
     One transformer layer, so a cached key depends on its own token only; with more layers a cell's keys
@@ -177,7 +177,7 @@ def test_verified_zipar_rows_advance_by_windows(family):
 
 
 @pytest.mark.parametrize("bad", [0, 1, -1, 2.5, True])
-def test_bad_window_size_is_rejected(bad):
+def test_bad_lead_is_rejected(bad):
     with pytest.raises(ValueError, match="w must be an integer from 2 to 16384"):
         ZipAR(w=bad)
 

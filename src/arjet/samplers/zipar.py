@@ -1,9 +1,10 @@
 """`zipar`: ZipAR spatial parallel decoding (He et al., ICML 2025), and `zipar+sjd`, its verified form.
 
-Rows decode in parallel once the row above is far enough ahead; every running row advances in the same
+Rows decode in parallel once the row above leads by enough codes; every running row advances in the same
 forward. Plain ZipAR samples one code per row per forward (lossy: a row sees only part of the row above).
 With `verify=SJD(...)` each running row advances by a verified SJD window instead: lossless with respect
-to the context the schedule gives each cell. Two published schedules, for ZipAR's window size `w`:
+to the context the schedule gives each cell. Two published schedules, for ZipAR's lead `w` (the paper's
+"window size"):
 
 - `schedule="lumina"` (default; the paper's Lumina-mGPT script): row `r + 1` starts once row `r` has
   `w - 1` codes, so row `r + 1`'s column `c` comes out of the same forward as row `r`'s column `c + w - 1`.
@@ -15,14 +16,47 @@ to the context the schedule gives each cell. Two published schedules, for ZipAR'
 (LlamaGen's 24). A lag of at least the width is plain raster decoding, so `zipar` is then exactly `ar`:
 `w >= W + 1` with the lumina schedule (a lag of `w - 1`), `w >= W` with llamagen's.
 
-Rows are *lanes*: runs of cells decoded left to right, each in a lane slot of its own (`RowStepper`). Every
-forward, each running lane with next cell `n` feeds the code of cell `n - 1` followed by its drafts for
-cells `n, n+1, ...` (none for plain ZipAR: a window of one) and gets the processed target `p` for its next
-`L` cells; SJD's window step (`arjet.samplers.jacobi.jacobi_step`) verifies, resamples, commits and
-redrafts. A lane's drafts form their own group in the session, so no lane attends to another lane's
-unverified drafts, while committed codes fed this forward (each lane's first input) are seen by every lane
-below. A row that starts before the row above is complete feeds an ephemeral placeholder for its missing
-predecessor; once the row above completes, its last code is fed for real and kept (a *flush*).
+Each row is a run of cells decoded left to right in a row slot of its own (`RowStepper`). Every forward,
+each running row with next cell `n` feeds the code of cell `n - 1` followed by its drafts for cells
+`n, n+1, ...` (none for plain ZipAR: a window of one) and gets the processed target `p` for its next `L`
+cells; SJD's shared pieces (`arjet.samplers.jacobi`: `verify`, `resample`, `redraft`, `guess`) verify,
+resample and redraft, and the step commits. A row's drafts form their own group in the session, so no row
+attends to another row's unverified drafts, while committed codes fed this forward (each row's first input)
+are seen by every row below. A row that starts before the row above is complete feeds an ephemeral
+placeholder for its missing predecessor; once the row above completes, its last code is fed for real and
+kept (a *flush*).
+
+Notation (ZipAR, He et al.; `B` images, `R` rows of `W` cells, `N = R W` cells per image, `V` the image
+vocabulary; `jacobi.py` has the shared pieces' symbols, `sjd.py` SJD's):
+
+| here                        | paper (symbol)                                 | shape           |
+|-----------------------------|------------------------------------------------|-----------------|
+| `w` (`lead(width)`)         | `w`: how far row `r` leads row `r + 1` (the    |                 |
+|                             | paper's window size; the lag is `w - 1` or `w`)|                 |
+| `lags`                      | codes row `r - 1` needs before row `r` starts: | `[R - 1]`       |
+|                             | `w - 1` (lumina); `W`, then `w` (llamagen)     |                 |
+| `row_slots` (`A`)           | rows running at once (row `r` in slot `r % A`) |                 |
+| `row`                       | the row each slot holds (`R`: none yet)        | `[B, A]`        |
+| `n`                         | the next undecoded cell of each slot's row     | `[B, A]`        |
+| `window` (`L`)              | the SJD window of the `verify` option (1:      |                 |
+|                             | plain ZipAR)                                   |                 |
+| `slots` (`S = L - 1`)       | draft slots of each row                        |                 |
+| `window_cells`              | `n, n + 1, ..., n + L - 1`                     | `[B, A, L]`     |
+| `in_window`                 | positions whose cell is inside the row         | `[B, A, L]`     |
+| `placeholder`               | a row start fed the latest code of the row     | `[B, A]`        |
+|                             | above for its missing predecessor (ephemeral)  |                 |
+| `flush`                     | a complete row's last code, fed for the row    | `[B, A]`        |
+|                             | below once it runs                             |                 |
+| `drafts.codes`              | `x̃_{n+j}` of each row                          | `[B, A, S]`     |
+| `drafts.proposals` (`q`)    | `p_θ^{(k-1)}(·)`                               | `[B, A, S, V]`  |
+| `p`                         | `p_θ^{(k)}(·)` (processed: CFG, temperature,   | `[B, A, L, V]`  |
+|                             | top-k, top-p)                                  |                 |
+| `verdict.accepted`          | `τ`: drafts accepted per row                   | `[B, A]`        |
+| `advanced`                  | cells committed per row                        | `[B, A]`        |
+| `fed`                       | cells whose code is in the cache (the last     | `[B, N + 1]`    |
+|                             | column is scratch)                             |                 |
+| `u_accept`, `u_draw`,       | one uniform stream per decision                | `[B, A, L]`     |
+| `u_couple`, `u_guess`       |                                                |                 |
 
 What arjet does differently from both scripts, on purpose: no query ever attends to an empty cache slot
 (LlamaGen's static cache attends to zeros and stale slots); a started row's first input is the latest
@@ -41,7 +75,17 @@ import torch
 
 from .base import Sampler
 from .decoding import Decode, Stepper
-from .jacobi import Drafts, RuleContext, Uniforms, jacobi_step, refill, scatter_where, uses_top1
+from .jacobi import (
+    Drafts,
+    RuleContext,
+    Uniforms,
+    guess,
+    redraft,
+    resample,
+    scatter_where,
+    uses_top1,
+    verify,
+)
 from .options import MAX_SIZE, option
 from .sjd import SJD
 
@@ -50,9 +94,9 @@ SCHEDULES = ("lumina", "llamagen")
 
 @dataclass(frozen=True)
 class ZipAR(Sampler):
-    """`w`: ZipAR's window size (None: 16 on grids wider than 32 codes, else 8); `schedule`: `"lumina"` (row
-    `r + 1` starts after `w - 1` codes of row `r`) or `"llamagen"` (row 1 after row 0, then after `w`
-    codes); `verify`: an `SJD` whose window each row advances by (its acceptance rule applies)."""
+    """`w`: ZipAR's lead, the paper's window size (None: 16 on grids wider than 32 codes, else 8); `schedule`:
+    `"lumina"` (row `r + 1` starts after `w - 1` codes of row `r`) or `"llamagen"` (row 1 after row 0, then
+    after `w` codes); `verify`: an `SJD` whose window each row advances by (its acceptance rule applies)."""
 
     w: int | None = option(
         None,
@@ -96,39 +140,39 @@ class ZipAR(Sampler):
                     f"up to {grid[0]} rows in one forward; use window <= {widest}"
                 )
 
-    def window_size(self, width: int) -> int:
-        """`w`, or the scripts' default for a grid `width` codes wide."""
+    def lead(self, width: int) -> int:
+        """The lead `w`, or the scripts' default for a grid `width` codes wide."""
         return self.w if self.w is not None else (16 if width > 32 else 8)
 
     def lags(self, grid: tuple[int, int]) -> list[int]:
         """Codes row `r - 1` needs before row `r` starts, for `r = 1 .. H - 1`."""
         height, width = grid
-        w = self.window_size(width)
+        w = self.lead(width)
         if self.schedule == "lumina":
             return [w - 1] * (height - 1)
         return [width] + [w] * (height - 2) if height > 1 else []
 
     def run(self, decode: Decode) -> None:
         session = decode.session
-        lanes = Lanes.rows(session.grid, self.lags(session.grid))
+        rows = Rows.from_grid(session.grid, self.lags(session.grid))
         verify = self.verify or SJD(window=1)  # plain ZipAR: one code per row per forward, no drafts
-        stepper = RowStepper(lanes, verify, decode)
+        stepper = RowStepper(rows, verify, decode)
         exact = verify.window == 1
-        max_steps = lanes.steps_one_cell_each() if exact else session.num_cells - 1
+        max_steps = rows.steps_one_cell_each() if exact else session.num_cells - 1
         decode.run(stepper, max_steps, exact=exact)
 
 
 @dataclass
-class Lanes:
-    """Lane `r` covers cells `starts[r] <= c < ends[r]` and may start once lane `r - 1` has committed
-    `lags[r - 1]` codes or is complete."""
+class Rows:
+    """ZipAR's rows, run in parallel: row `r` covers cells `starts[r] <= c < ends[r]` and may start once row
+    `r - 1` has committed `lags[r - 1]` codes or is complete."""
 
     starts: torch.Tensor  # [R]
     ends: torch.Tensor  # [R], exclusive
     lags: list[int]  # [R - 1]
 
     @classmethod
-    def rows(cls, grid: tuple[int, int], lags: int | list[int]) -> Lanes:
+    def from_grid(cls, grid: tuple[int, int], lags: int | list[int]) -> Rows:
         starts = torch.arange(grid[0]) * grid[1]
         lags = [lags] * (grid[0] - 1) if isinstance(lags, int) else list(lags)
         if len(lags) != grid[0] - 1:
@@ -136,9 +180,9 @@ class Lanes:
         return cls(starts, starts + grid[1], lags=lags)
 
     def steps_one_cell_each(self) -> int:
-        """Forwards after the prefill when every running lane commits exactly one cell per forward (plain
-        ZipAR). Mirrors `RowStepper`: cell 0 comes from the prefill, and a lane starts once the lane above
-        has started and has `lag` codes or is complete, one new lane per step."""
+        """Forwards after the prefill when every running row commits exactly one cell per forward (plain
+        ZipAR). Mirrors `RowStepper`: cell 0 comes from the prefill, and a row starts once the row above
+        has started and has `lag` codes or is complete, one new row per step."""
         starts, ends = self.starts.tolist(), self.ends.tolist()
         n = [starts[0] + 1]
 
@@ -161,12 +205,12 @@ class Lanes:
 class RowStepper(Stepper):
     """The state of a ZipAR decode between forwards, and its fixed-shape `step`.
 
-    Lanes run in `A` lane slots (lane `r` in slot `r % A`), enough for every lane plain ZipAR keeps running
-    at once (`ceil(W / lag) + 1`); a lane starts only when its slot's previous lane is complete and flushed,
-    which keeps every forward at `A x (L + 1)` queries. Each lane advances by `verify`'s SJD window (a window
-    of one, no drafts, for plain ZipAR)."""
+    Rows run in `A` row slots (row `r` in slot `r % A`), enough for every row plain ZipAR keeps running at
+    once (`ceil(W / lag) + 1`); a row starts only when its slot's previous row is complete and flushed, which
+    keeps every forward at `A x (L + 1)` queries. Each row advances by `verify`'s SJD window (a window of one,
+    no drafts, for plain ZipAR)."""
 
-    def __init__(self, lanes: Lanes, verify: SJD, decode: Decode):
+    def __init__(self, rows: Rows, verify: SJD, decode: Decode):
         self.decode, self.verify = decode, verify
         session = decode.session
         batch, device = session.batch_size, session.device
@@ -174,146 +218,171 @@ class RowStepper(Stepper):
         self.reach = window + session.grid[1]  # a new row starts one row on
         self.slots = window - 1
         self.width = session.grid[1]
-        count = len(lanes.starts)
-        self.count = count
-        self.lane_slots = slots = lane_slots(count, self.width, min(lanes.lags, default=self.width))
-        # codes lane r - 1 needs before lane r starts (lane 0 needs none)
-        self.lane_lag = torch.tensor([0, *lanes.lags, 0], device=device)
-        # per lane, plus a padding lane (index `count`) that is empty: start = end = 0
-        self.lane_start = torch.cat([lanes.starts, lanes.starts.new_zeros(1)]).to(device)
-        self.lane_end = torch.cat([lanes.ends, lanes.ends.new_zeros(1)]).to(device)
-        self.lane_first = self.lane_start.clone()
-        self.lane_first[:1].clamp_(min=1)  # cell 0 comes from the prefill
-        self.row = torch.full((batch, slots), count, dtype=torch.long, device=device)  # lane held by a slot
-        self.next_lane = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        self.n = torch.zeros(batch, slots, dtype=torch.long, device=device)
+        count = len(rows.starts)
+        self.count = count  # R
+        self.row_slots = slots = row_slots(count, self.width, min(rows.lags, default=self.width))  # A
+        # codes row r - 1 needs before row r starts (row 0 needs none)
+        self.row_lag = torch.tensor([0, *rows.lags, 0], device=device)  # [R + 1]
+        # per row, plus a padding row (index `count`) that is empty: start = end = 0
+        self.row_start = torch.cat([rows.starts, rows.starts.new_zeros(1)]).to(device)  # [R + 1]
+        self.row_end = torch.cat([rows.ends, rows.ends.new_zeros(1)]).to(device)  # [R + 1]
+        self.row_first = self.row_start.clone()
+        self.row_first[:1].clamp_(min=1)  # cell 0 comes from the prefill
+        self.row = torch.full((batch, slots), count, dtype=torch.long, device=device)  # [B, A] row held
+        self.next_row = torch.zeros(batch, 1, dtype=torch.long, device=device)  # [B, 1]
+        self.n = torch.zeros(batch, slots, dtype=torch.long, device=device)  # [B, A]
         draft_slots = max(self.slots, 1)
         self.drafts = Drafts(
             torch.zeros(batch, slots, draft_slots, dtype=torch.long, device=device),
             torch.zeros(batch, slots, draft_slots, session.vocab_size, device=device),
-        ).slots(slice(None, self.slots))
+        ).slots(slice(None, self.slots))  # [B, A, S], [B, A, S, V]
         self.fed = torch.zeros(batch, session.num_cells + 1, dtype=torch.bool, device=device)  # code in cache
         self.track_top1 = uses_top1(verify.init)
         relaxes_greedy = verify.acceptance.relaxes_greedy
         self.soft_policy = decode.policy.soft() if decode.policy.greedy and relaxes_greedy else None
         self.top1 = torch.full((batch, session.num_cells + 1), -1, dtype=torch.long, device=device)
-        self.positions = torch.arange(window, device=device)
-        self.slot_ids = torch.arange(slots, device=device)
-        # query groups: committed codes (a lane's first input, a flush) are shared with every lane (group 0),
-        # drafts only within their own lane (group = lane slot + 1)
+        self.positions = torch.arange(window, device=device)  # [L]
+        self.slot_ids = torch.arange(slots, device=device)  # [A]
+        # query groups: committed codes (a row's first input, a flush) are shared with every row (group 0),
+        # drafts only within their own row (group = row slot + 1)
         column = torch.arange(window + 1, device=device)
         is_draft = (column >= 1) & (column < window)
         self.group = torch.where(is_draft, self.slot_ids[:, None] + 1, 0)[None]  # [1, A, L + 1]
-        # each lane slot queries its window (at most (L-1)//W + 1 row ends) plus one flush (one more)
+        # each row slot queries its window (at most (L-1)//W + 1 row ends) plus one flush (one more)
         self.row_ends = slots * ((window - 1) // self.width + 2)
 
     def start(self, first: torch.Tensor) -> None:
-        newly = self._start_lane()  # lane 0
-        newly |= self._start_lane()  # the lane below, if cell 0 is already enough (as if cell 0 were a step)
-        u = self.decode.random.uniform(self.lane_slots, self.window)
-        self._fill(newly, torch.zeros_like(newly)[..., None], u)
+        newly = self._start_row()  # row 0
+        newly |= self._start_row()  # the row below, if cell 0 is already enough (as if cell 0 were a step)
+        u = self.decode.random.uniform(self.row_slots, self.window)
+        self._guess(newly, torch.zeros_like(newly)[..., None], u)
 
     @property
     def slot_start(self) -> torch.Tensor:
-        """`[B, A]` the first cell of the lane each slot holds."""
-        return self.lane_start[self.row]
+        """`[B, A]` the first cell of the row each slot holds."""
+        return self.row_start[self.row]
 
     @property
     def slot_end(self) -> torch.Tensor:
-        """`[B, A]` the end (exclusive) of the lane each slot holds."""
-        return self.lane_end[self.row]
+        """`[B, A]` the end (exclusive) of the row each slot holds."""
+        return self.row_end[self.row]
 
     # -- one step ------------------------------------------------------------------------------------
     def step(self) -> None:
-        session, trace, window = self.decode.session, self.decode.trace, self.window
-        batch, slots = self.n.shape
-        vocab = session.vocab_size
-        end = self.slot_end
-        active = self.n < end
-        length = torch.where(active, (end - self.n).clamp(max=window), 0)  # valid window cells
+        session, trace, verifier = self.decode.session, self.decode.trace, self.verify
+        window, slots, positions = self.window, self.slots, self.positions  # L, S, [L]
+        batch, vocab = self.n.shape[0], session.vocab_size  # B, V
+        end = self.slot_end  # [B, A]
+        active = self.n < end  # [B, A]
+        length = torch.where(active, (end - self.n).clamp(max=window), 0)  # [B, A] window cells in the row
 
-        # 1. queries: each running lane's window, plus a finished lane's last code once the lane below runs
-        previous_code = trace.codes.gather(1, (self.n - 1).clamp(min=0))
-        placeholder = active & (self.n > 0) & (previous_code < 0)
-        last = torch.where(placeholder, self._latest_code_above(), previous_code)
-        flush = self._needs_flush() & ~trace.done[:, None]
-        window_cells = self.n[..., None] + self.positions
-        in_window = self.positions < length[..., None]
+        # 1. rows' windows, placeholders and flushes: each running row feeds the code of cell n - 1 (a
+        #    placeholder, the latest code of the row above, while that cell is not decoded yet), then its
+        #    drafts; a complete row whose last code the row below has not seen feeds it as one more query
+        previous_code = trace.codes.gather(1, (self.n - 1).clamp(min=0))  # [B, A]
+        placeholder = active & (self.n > 0) & (previous_code < 0)  # [B, A]
+        last = torch.where(placeholder, self._latest_code_above(), previous_code)  # [B, A]
+        flush = self._needs_flush() & ~trace.done[:, None]  # [B, A]
+        window_cells = self.n[..., None] + positions  # [B, A, L]
+        in_window = positions < length[..., None]  # [B, A, L]
         query_cells = torch.cat(
             [torch.where(in_window, window_cells, -1), torch.where(flush, end, -1)[..., None]], -1
-        )
-        flush_code = trace.codes.gather(1, (end - 1).clamp(min=0)).clamp(min=0)
+        )  # [B, A, L + 1]
+        flush_code = trace.codes.gather(1, (end - 1).clamp(min=0)).clamp(min=0)  # [B, A]
         inputs = torch.cat([last.clamp(min=0)[..., None], self.drafts.codes, flush_code[..., None]], -1)
         ephemeral = torch.cat(
             [placeholder[..., None], torch.zeros_like(query_cells[..., 1:], dtype=torch.bool)], -1
-        )
-        group = self.group.expand(batch, -1, -1)
+        )  # [B, A, L + 1]: only a placeholder is ephemeral
+
+        # 2. forward: one pass over every row slot's queries; a row's drafts are seen by that row alone
+        group = self.group.expand(batch, -1, -1)  # [B, A, L + 1]
         logits = session.logits(
             query_cells.flatten(1),
             inputs.flatten(1),
             ephemeral=ephemeral.flatten(1),
             group=group.flatten(1),
             row_ends=self.row_ends,
-        ).view(batch, slots, window + 1, vocab)
-        p = self.decode.policy.probs(logits[..., :window, :])
+        ).view(batch, self.row_slots, window + 1, vocab)  # [B, A, L + 1, V]; the flush's output is unused
+
+        # 3. target p and the uniforms; the proposals q are `drafts.proposals` [B, A, S, V]
+        p = self.decode.policy.probs(logits[..., :window, :])  # [B, A, L, V]
         context = RuleContext(session.codebook)
         if self.soft_policy is not None:
-            context.soft_p = self.soft_policy.probs(logits[..., : self.slots, :])
+            context.soft_p = self.soft_policy.probs(logits[..., :slots, :])  # [B, A, S, V]
         if self.track_top1:
             scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+        uniforms = self.decode.random.uniform(self.row_slots, 4, window)  # [B, A, 4, L]
+        u_accept, u_draw, u_couple, u_guess = uniforms.unbind(2)  # [B, A, L] each
 
-        # 2. verify, resample, commit; keep the inputs that fed committed cells
-        accept, draw, couple, guess = self.decode.random.uniform(slots, 4, window).unbind(2)
-        outcome = jacobi_step(
-            p,
+        # 4. verify: each row's drafts pass left to right while u·q(x) < t(x) (the rule's target t: p when
+        #    exact)
+        verdict = verify(
+            p[..., :slots, :],
             self.drafts,
-            valid=in_window,
-            rule=self.verify.acceptance,
+            usable=in_window[..., :slots],
+            rule=verifier.acceptance,
             context=context,
-            uniforms=Uniforms(accept, draw, couple),
-            coupling=self.verify.coupling,
-            carry_limit=length,
+            u_accept=u_accept[..., :slots],
         )
-        used = in_window & (self.positions <= outcome.accepted[..., None]) & ~ephemeral[..., :window]
-        keep = torch.cat([used, flush[..., None]], -1)
+
+        # 5. resample: the first rejected position from norm(max(0, t - q)), else a bonus code from p
+        advanced, committed, codes = resample(
+            p, self.drafts.codes, valid=in_window, verdict=verdict, u_draw=u_draw
+        )  # [B, A], [B, A, L], [B, A, L]
+
+        # 6. commit: the inputs that fed committed cells (not a placeholder) and the flushes to the cache, and
+        #    mark their cells fed; the committed codes to the trace
+        used = in_window & (positions <= verdict.accepted[..., None]) & ~ephemeral[..., :window]  # [B, A, L]
+        keep = torch.cat([used, flush[..., None]], -1)  # [B, A, L + 1]
         session.commit(keep.flatten(1))
         scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
-        trace.commit(torch.where(outcome.committed, window_cells, -1).flatten(1), outcome.codes.flatten(1))
-        self.n += outcome.advanced
+        trace.commit(torch.where(committed, window_cells, -1).flatten(1), codes.flatten(1))
+        self.n += advanced
 
-        # 3. the samples after the rejection become the next drafts; new lanes and slots get initial guesses
-        newly = self._start_lane()
-        if self.slots:
-            self.drafts.replace(outcome.next_drafts, outcome.next_proposals)
-            self._fill(newly, active[..., None] & ~outcome.carried, guess)
+        # 7. re-draft and new rows: a row starts where the row above leads by its lag and its slot is free;
+        #    every later position's sample from p (coupled with its old draft: MC-SJD) becomes the next draft
+        #    of its cell; a new row's slots and the slots that carried none get initial guesses
+        newly = self._start_row()  # [B, A]
+        if not slots:  # plain ZipAR: no drafts
+            return
+        next_drafts, next_proposals, carried = redraft(
+            p,
+            self.drafts,
+            advanced=advanced,
+            uniforms=Uniforms(u_accept, u_draw, u_couple),
+            coupling=verifier.coupling,
+            carry_limit=length,
+        )  # [B, A, S], [B, A, S, V], [B, A, S]
+        self.drafts.replace(next_drafts, next_proposals)
+        self._guess(newly, active[..., None] & ~carried, u_guess)
 
-    # -- lanes and drafts ----------------------------------------------------------------------------
-    def _start_lane(self) -> torch.Tensor:
-        """Start the next lane of each image when the lane above has the lane's lag in codes (or is complete)
-        and the lane's slot is free; returns `[B, A]` the slots that took a new lane."""
-        lane = self.next_lane  # [B, 1]
-        above = (lane - 1).clamp(min=0)
-        n_above = self.n.gather(1, above % self.lane_slots)
-        lag = self.lane_lag[lane.clamp(max=self.count)]
-        ready = (lane == 0) | (n_above - self.lane_start[above] >= lag) | (n_above >= self.lane_end[above])
-        slot = lane % self.lane_slots
+    # -- rows and drafts -----------------------------------------------------------------------------
+    def _start_row(self) -> torch.Tensor:
+        """Start the next row of each image when the row above leads by the row's lag (or is complete) and
+        the row's slot is free; returns `[B, A]` the slots that took a new row."""
+        row = self.next_row  # [B, 1]
+        above = (row - 1).clamp(min=0)
+        n_above = self.n.gather(1, above % self.row_slots)
+        lag = self.row_lag[row.clamp(max=self.count)]
+        ready = (row == 0) | (n_above - self.row_start[above] >= lag) | (n_above >= self.row_end[above])
+        slot = row % self.row_slots
         held = self.row.gather(1, slot)
-        free = (self.n.gather(1, slot) >= self.lane_end[held]) & ~self._needs_flush().gather(1, slot)
-        newly = ((lane < self.count) & ready & free) & (self.slot_ids == slot)  # [B, A]
-        self.row.copy_(torch.where(newly, lane, self.row))
-        self.n.copy_(torch.where(newly, self.lane_first[lane.clamp(max=self.count)], self.n))
-        self.next_lane += newly.any(1, keepdim=True)
+        free = (self.n.gather(1, slot) >= self.row_end[held]) & ~self._needs_flush().gather(1, slot)
+        newly = ((row < self.count) & ready & free) & (self.slot_ids == slot)  # [B, A]
+        self.row.copy_(torch.where(newly, row, self.row))
+        self.n.copy_(torch.where(newly, self.row_first[row.clamp(max=self.count)], self.n))
+        self.next_row += newly.any(1, keepdim=True)
         return newly
 
-    def _fill(self, newly: torch.Tensor, fresh: torch.Tensor, u: torch.Tensor) -> None:
-        """Initial guesses (uniform or point-mass proposals, see `guess_proposal`) for every slot of the lanes
-        in `newly [B, A]` and for the `fresh [B, A, S]` slots of running lanes, drawn with the uniforms
-        `u [B, A, >= S]`."""
+    def _guess(self, newly: torch.Tensor, fresh: torch.Tensor, u: torch.Tensor) -> None:
+        """`jacobi.guess` over every row's slots (cells `n`, `n + 1`, ... of the row): initial guesses
+        (uniform or point-mass proposals, see `guess_proposal`) for every slot of the rows in `newly [B, A]`
+        and for the `fresh [B, A, S]` slots of running rows, drawn with the uniforms `u [B, A, >= S]`."""
         if not self.slots:
             return
-        cells = self.n[..., None] + self.positions[: self.slots]
+        cells = self.n[..., None] + self.positions[: self.slots]  # [B, A, S]
         inside = cells < self.slot_end[..., None]
-        refill(
+        guess(
             self.drafts,
             scheme=self.verify.init,
             cells=cells,
@@ -327,20 +396,20 @@ class RowStepper(Stepper):
         )
 
     def _needs_flush(self) -> torch.Tensor:
-        """`[B, A]`: lanes that are complete while the lane below already ran its first window without their
+        """`[B, A]`: rows that are complete while the row below already ran its first window without their
         last code."""
         end = self.slot_end
         complete = (self.row < self.count) & (self.n >= end)
         last_fed = self.fed.gather(1, (end - 1).clamp(min=0))
         below = self.row + 1
-        below_slot = below % self.lane_slots
-        below_started = below < self.next_lane
+        below_slot = below % self.row_slots
+        below_started = below < self.next_row
         n_below = self.n.gather(1, below_slot)
-        below_past_start = below_started & (n_below > self.lane_start[below.clamp(max=self.count)])
+        below_past_start = below_started & (n_below > self.row_start[below.clamp(max=self.count)])
         return complete & ~last_fed & below_past_start & (below < self.count)
 
     def _latest_code_above(self) -> torch.Tensor:
-        """The most recently committed code of the row above each lane: ZipAR's placeholder input."""
+        """The most recently committed code of the row above each slot's row: ZipAR's placeholder input."""
         codes = self.decode.trace.codes
         above = (self.slot_start - self.width).clamp(min=0)
         columns = torch.arange(self.width, device=codes.device)
@@ -350,10 +419,10 @@ class RowStepper(Stepper):
         return values.gather(-1, latest).squeeze(-1).clamp(min=0)
 
 
-def lane_slots(lanes: int, width: int, lag: int) -> int:
-    """Lanes running at once in plain ZipAR with the smallest `lag` (each takes `width` forwards and one more
+def row_slots(rows: int, width: int, lag: int) -> int:
+    """Rows running at once in plain ZipAR with the smallest `lag` (each takes `width` forwards and one more
     to flush its last code, and a new one starts every `lag` forwards): `ceil(width / lag) + 1`, one when
     rows run one after another."""
     if lag >= width:
         return 1
-    return min(lanes, -(-width // max(lag, 1)) + 1)
+    return min(rows, -(-width // max(lag, 1)) + 1)
