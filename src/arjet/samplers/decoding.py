@@ -71,6 +71,18 @@ class DecodeStats:
         }
 
 
+@dataclass
+class DecodeStatus:
+    """What one read of the device (`Decode.status`) says about every image."""
+
+    done: list[bool]  # [B]: every cell decoded
+    decoded: list[int]  # [B]: cells decoded so far
+
+    @property
+    def all_done(self) -> bool:
+        return all(self.done)
+
+
 StepHook = Callable[["DecodeTrace"], bool | None]
 ProgressHook = Callable[[int], None]
 StepRunner = Callable[[Callable[[], None]], None]
@@ -155,16 +167,6 @@ class DecodeTrace:
         if self.on_step is not None and self.on_step(self):
             raise Interrupted
 
-    def checkpoint(self) -> bool:
-        """Read the device once: report progress, raise session misuse, and say whether every image is done."""
-        session = self.session
-        done, decoded = self.done.all().long()[None], (self.codes >= 0).sum()[None]
-        all_done, decoded, *status = torch.cat([done, decoded, session.status()]).tolist()
-        session.apply_status(status)
-        if self.on_progress is not None:
-            self.on_progress(decoded)
-        return bool(all_done)
-
     def stats(self, name: str) -> list[DecodeStats]:
         grid = self.session.grid
         passes = self.session.forward_passes.tolist()
@@ -184,6 +186,10 @@ class DecodeTrace:
             )
             for i in range(self.session.batch_size)
         ]
+
+
+def _eager(step: Callable[[], None]) -> None:
+    step()
 
 
 class Stepper:
@@ -235,34 +241,57 @@ class Decode:
             session, self.policy, self.random.lanes(start, stop), self.trace.lanes(session, start, stop)
         )
 
+    def start(self, stepper: Stepper) -> None:
+        """Commit cell 0 of every image from the prefill and start `stepper` there (an engine's lane view
+        starts one image this way while the others keep decoding)."""
+        stepper.start(self.commit_first_cell())
+
+    def advance(self, stepper: Stepper, steps: int = 1, *, unchecked: int = 0) -> None:
+        """Take `steps` steps of `stepper`, each through `trace.runner` and followed by the trace's step hook,
+        with the session's span first reserved for all of them and the `unchecked` steps taken since the
+        device was last read (`status`): a step reads nothing back, so the span must cover the furthest any
+        image may have gone."""
+        self.session.reserve(stepper.reach * (unchecked + steps))
+        run = self.trace.runner or _eager
+        for _ in range(steps):
+            run(stepper.step)
+            self.trace.after_step()
+
+    def status(self) -> DecodeStatus:
+        """Read the device once: which images are done and how many cells each has decoded; raises session
+        misuse recorded since the last read, and reports the batch's decoded cells to `trace.on_progress`."""
+        trace, session = self.trace, self.session
+        batch = session.batch_size
+        values = torch.cat([trace.done.long(), (trace.codes >= 0).sum(1), session.status()]).tolist()
+        session.apply_status(values[2 * batch :])
+        decoded = values[batch : 2 * batch]
+        if trace.on_progress is not None:
+            trace.on_progress(sum(decoded))
+        return DecodeStatus([bool(done) for done in values[:batch]], decoded)
+
     def run(self, stepper: Stepper, max_steps: int, *, exact: bool = False) -> None:
-        """Decode every image: cell 0 from the prefill, then `stepper.step()` (through `trace.runner`) until
-        every image is done, reading the device once every `CHECK_EVERY` steps (every step with
+        """Decode every image: cell 0 from the prefill (`start`), then steps (`advance`) until every image is
+        done, reading the device (`status`) once every `CHECK_EVERY` steps (every step with
         `trace.check_every_step`) to see whether it is. With `exact`, the decode takes exactly `max_steps`
         steps and the device is read once, at the end."""
-        stepper.start(self.commit_first_cell())
-        reach = stepper.reach
-        session, trace = self.session, self.trace
-        run = trace.runner or (lambda f: f())
-        total = session.batch_size * session.num_cells
+        self.start(stepper)
+        trace = self.trace
+        total = self.session.batch_size * self.session.num_cells
         every = 1 if trace.check_every_step else CHECK_EVERY
         trace.hooks_by_loop = True
-        taken = since_check = 0
+        taken = unchecked = 0
         try:
             while taken < max_steps:
                 chunk = min(every, max_steps - taken)
-                session.reserve(reach * (since_check + chunk))
-                for _ in range(chunk):
-                    run(stepper.step)
-                    trace.after_step()
+                self.advance(stepper, chunk, unchecked=unchecked)
                 taken += chunk
-                since_check += chunk
+                unchecked += chunk
                 if exact and taken < max_steps:
                     if trace.on_progress is not None:
                         trace.on_progress(total * taken // max_steps)
                     continue
-                since_check = 0
-                if trace.checkpoint():
+                unchecked = 0
+                if self.status().all_done:
                     return
         finally:
             trace.hooks_by_loop = False
