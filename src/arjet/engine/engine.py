@@ -670,7 +670,7 @@ class Engine:
             if all(
                 request.future.done() or request.cancelled or request.expired(now) for request in requests
             ):
-                pipe._interrupt = True
+                pipe.interrupt = True
             return tensors
 
         watched = any(r.on_step is not None or r.deadline is not None for r in requests)

@@ -26,7 +26,16 @@ CHECK_EVERY = 4  # decode steps between two reads of the device (is every image 
 
 
 class Interrupted(Exception):
-    """Raised inside a sampler when the step hook asks to stop (the pipeline's `interrupt`)."""
+    """Raised inside a sampler's decode when its trace's `StopFlag` is set (the pipeline's `interrupt`), or
+    its step hook returns True."""
+
+
+@dataclass
+class StopFlag:
+    """Set `requested` to stop a decode after the step in progress; the decode loop reads it after every
+    step (a plain attribute: no call, no device read)."""
+
+    requested: bool = False
 
 
 @dataclass
@@ -106,6 +115,7 @@ class DecodeTrace:
         runner: StepRunner | None = None,
         *,
         check_every_step: bool = False,
+        stop: StopFlag | None = None,
     ):
         self.session = session
         batch, cells = session.batch_size, session.num_cells
@@ -119,6 +129,7 @@ class DecodeTrace:
         self.on_progress = on_progress
         self.runner = runner
         self.check_every_step = check_every_step
+        self.stop = stop or StopFlag()
         self.hooks_by_loop = (
             False  # `Decode.run` calls `on_step` after each step (commit may be a graph replay)
         )
@@ -136,6 +147,7 @@ class DecodeTrace:
         view.codes, view.commit_step = self.codes[start:stop], self.commit_step[start:stop]
         view.accepted, view.steps = self.accepted[start:stop], self.steps[start:stop]
         view.on_step = view.on_progress = view.runner = None
+        view.stop = self.stop
         view.check_every_step = view.hooks_by_loop = False
         return view
 
@@ -163,8 +175,10 @@ class DecodeTrace:
             self.after_step()
 
     def after_step(self) -> None:
-        """Run the step hook; raise `Interrupted` when it asks to stop."""
+        """Run the step hook; raise `Interrupted` when it or the stop flag asks to stop."""
         if self.on_step is not None and self.on_step(self):
+            raise Interrupted
+        if self.stop.requested:
             raise Interrupted
 
     def stats(self, name: str) -> list[DecodeStats]:
