@@ -124,6 +124,33 @@ def test_callback_sees_partial_codes_and_can_interrupt(pipe):
     assert out.images[0].size[0] == GRID[1] * _downsample(pipe)
 
 
+def test_the_public_interrupt_stops_the_call_and_each_call_starts_unset(pipe):
+    def callback(p, step, timestep, tensors):
+        p.interrupt = step == 1
+
+    pipe.interrupt = True  # left set by an earlier call: the next call starts anew
+    stopped = pipe(PROMPTS[0], seed=0, callback_on_step_end=callback, output_type="latent")
+    first_grid = (
+        stopped.codes if stopped.preview_codes is None else stopped.preview_codes
+    )  # GLM-Image: its preview
+    assert (first_grid >= 0).sum() == 2  # the callback saw cell 0 (step 0), then one step (step 1)
+    assert pipe.interrupt and pipe._interrupt  # diffusers' name reads the same flag
+    whole = pipe(PROMPTS[0], seed=0, output_type="latent")
+    assert not pipe.interrupt and (whole.codes >= 0).all()
+
+
+def test_a_call_without_a_callback_runs_no_step_hook(pipe, monkeypatch):
+    """Per step the loop reads the stop flag only; the pipeline's hook object runs only for a callback."""
+    from arjet.pipelines import ar_stage
+
+    calls = []
+    monkeypatch.setattr(ar_stage.StepHook, "__call__", lambda self, trace: calls.append(trace))
+    pipe(PROMPTS[0], seed=0, output_type="latent")
+    assert calls == []
+    pipe(PROMPTS[0], seed=0, output_type="latent", callback_on_step_end=lambda *args: None)
+    assert calls
+
+
 def test_greedy_is_deterministic_without_a_seed(pipe):
     assert torch.equal(pipe(PROMPTS, temperature=0).codes, pipe(PROMPTS, temperature=0).codes)
 

@@ -55,6 +55,38 @@ def test_a_sampler_written_as_the_readme_says_runs_by_name_with_its_options(monk
     assert samplers.get("echo") == Echo(per_step=2)
 
 
+class _StoppingStepper(_EchoStepper):
+    """Echo's stepper that asks its decode to stop once `stop_after` steps are taken."""
+
+    def __init__(self, decode, per_step, stop_after):
+        super().__init__(decode, per_step)
+        self.stop_after, self.taken = stop_after, 0
+
+    def step(self):
+        super().step()
+        self.taken += 1
+        self.decode.trace.stop.requested = self.taken == self.stop_after
+
+
+@dataclass
+class _Stopping(Echo):
+    """Echo, one cell per step, whose stepper sets the decode's stop flag after its second step."""
+
+    name: ClassVar[str] = "stopping"
+
+    def run(self, decode):
+        self.stepper = _StoppingStepper(decode, 1, stop_after=2)
+        decode.run(self.stepper, decode.session.num_cells - 1)
+
+
+def test_the_stop_flag_ends_the_decode_after_the_step_in_progress():
+    pipe = tiny_pipeline("emu3", grid=(2, 3), vocab_size=8)
+    sampler = _Stopping()
+    out = pipe("a red circle", sampler=sampler, seed=0, output_type="latent")
+    assert sampler.stepper.taken == 2
+    assert (out.codes >= 0).sum() == 3  # cell 0, then one cell per step taken
+
+
 def test_the_base_declares_every_member_with_a_default():
     class Bare(Sampler):
         pass

@@ -48,11 +48,11 @@ from ..limits import time_limit as _time_limit
 from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, widest_spec, window_runs
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
-from ..samplers import Sampler, SamplingOptions
+from ..samplers import DecodeStatus, Sampler, SamplingOptions
 from ..samplers.random import image_keys
 from ..session.capture import compile_mode
 from .admission import Estimate, Load, Throughput
-from .lanes import LaneGroup, LaneStatus, buckets, check_lane_memory
+from .lanes import LaneGroup, buckets, check_lane_memory
 from .requests import (
     Cancelled,
     DecodeFailed,
@@ -608,7 +608,7 @@ class Engine:
             self.stats.windows[window] += 1
         return self._finish(group, status)
 
-    def _finish(self, group: LaneGroup, status: LaneStatus) -> int:
+    def _finish(self, group: LaneGroup, status: DecodeStatus) -> int:
         """Hand out finished images, stream codes to watchers, free lanes of cancelled or late requests; the
         images finished."""
         now, deadline_now, finished = time.monotonic(), self.clock(), 0
@@ -670,7 +670,7 @@ class Engine:
             if all(
                 request.future.done() or request.cancelled or request.expired(now) for request in requests
             ):
-                pipe._interrupt = True
+                pipe.interrupt = True
             return tensors
 
         watched = any(r.on_step is not None or r.deadline is not None for r in requests)

@@ -11,13 +11,11 @@ bucket (and, in adaptive mode, each window) is one fixed shape, on CUDA one capt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
-from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Sampler, Stepper
+from ..samplers import Decode, DecodeStats, DecodeStatus, DecodeTrace, ImageRandom, Sampler, Stepper
 from ..session import DecodingSession, Prefix
 from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from .requests import GroupKey, Request
@@ -64,14 +62,6 @@ def buckets(lanes: int) -> list[int]:
         sizes.append(size)
         size *= 2
     return [*sizes, lanes]
-
-
-@dataclass
-class LaneStatus:
-    """What one read of the device says about every lane."""
-
-    done: list[bool]
-    decoded: list[int]  # cells decoded so far
 
 
 class LaneGroup:
@@ -137,7 +127,7 @@ class LaneGroup:
         decode.session.admit(prefix)
         decode.random.reset(request.key)
         decode.trace.reset()
-        stepper.start(decode.commit_first_cell())
+        decode.start(stepper)
         self.requests[lane] = request
         self.started[lane] = now
         self.decoded[lane] = 1
@@ -155,29 +145,26 @@ class LaneGroup:
         return next(size for size in self.bucket_views if size > highest)
 
     def step(self, size: int, window: int | None = None) -> None:
-        """One step of the first `size` lanes (`window`: the adaptive mode's window for this step)."""
+        """One step of the first `size` lanes (`window`: the adaptive mode's window for this step), as
+        `Decode.run` takes it; the device was read after the previous step (`status`)."""
         decode, stepper = self.bucket_views[size]
         if window is not None:
             stepper.window = window
-        if not self.cuda_graphs:
-            decode.session.reserve(stepper.reach)
-            stepper.step()
-            return
-        shape = (size, window)  # the adaptive mode's window changes the step's shapes; a sampler's is fixed
-        runner = self.runners.get(shape)
-        if runner is None:  # made before `reserve`: it sets the captured session's span sizes
-            runner = self.runners[shape] = CudaGraphRunner(decode.session)
-        decode.session.reserve(stepper.reach)
-        runner(stepper.step)
+        if self.cuda_graphs:
+            shape = (
+                size,
+                window,
+            )  # the adaptive mode's window changes the step's shapes; a sampler's is fixed
+            if shape not in self.runners:  # made before `advance` reserves: it sets the span sizes captured
+                self.runners[shape] = CudaGraphRunner(decode.session)
+            decode.trace.runner = self.runners[shape]
+        decode.advance(stepper)
 
-    def status(self) -> LaneStatus:
+    def status(self) -> DecodeStatus:
         """One read of the device: which lanes are done, how far each is; raises session misuse."""
-        trace, session = self.decode.trace, self.decode.session
-        lanes = self.lanes
-        values = torch.cat([trace.done.long(), (trace.codes >= 0).sum(1), session.status()]).tolist()
-        session.apply_status(values[2 * lanes :])
-        self.decoded = values[lanes : 2 * lanes]
-        return LaneStatus([bool(v) for v in values[:lanes]], self.decoded)
+        status = self.decode.status()
+        self.decoded = status.decoded
+        return status
 
     def result(self, lane: int) -> tuple[torch.Tensor, DecodeStats]:
         """The codes `[H, W]` (on the CPU) and stats of the image in `lane`."""

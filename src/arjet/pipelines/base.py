@@ -3,7 +3,7 @@
 A model family subclasses `BaseARPipeline` and fills in five hooks: the grid for a requested size,
 the prompt layout (`encode_prompts`), the session adapter, the image layout and the image tokenizer.
 Everything a sampler does happens behind the decoding session (`arjet.session`); the call's arguments
-are declared and checked in `inputs.py`, the per-step plumbing is `callbacks.py`.
+are declared and checked in `inputs.py`, a call's AR stage (a session per grid, the step callback) is `ar_stage.py`.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from .. import samplers as sampler_registry
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
 from ..limits import DEFAULT_LIMITS, MAX_THREADS, Limits
-from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, requirements
+from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, StopFlag, requirements
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.capture import compile_mode
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
 from .adaptive import ADAPTIVE, choose_window, is_adaptive, widest_spec
+from .ar_stage import sample_codes
 from .components import load_component, quiet_loading, weight_classes
-from .decoding import decode_codes
 from .inputs import (
     OUTPUT_TYPES,
     CheckedInputs,
@@ -95,7 +95,7 @@ class BaseARPipeline(DiffusionPipeline):
     unread_weights: ClassVar[dict[str, tuple[str, ...]]] = {}
     noise_conditioning: NoiseConditioning | None = None  # an optional component (SJD2's fine-tune)
     drafter: Drafter | None = None  # an optional component (EAGLE / LANTERN's drafter head)
-    _interrupt: bool = False  # a step callback sets it to stop the decode
+    _stop: StopFlag | None = None  # the running call's stop flag (`interrupt`), made anew by each call
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
     _adaptive_windows: dict | None = None  # sampler="adaptive": the window per call shape (`adaptive.py`)
     _limits: Limits = DEFAULT_LIMITS  # `limits`, checked when set
@@ -357,7 +357,7 @@ class BaseARPipeline(DiffusionPipeline):
 
         # 3. decode codes with the sampler through a session per grid (GLM-Image: its preview, then the target)
         start = time.perf_counter()
-        decoded = decode_codes(self, call, prefix, rng, DecodingSession)
+        decoded = sample_codes(self, call, prefix, rng, DecodingSession)
         codes = decoded.codes
         decoding = time.perf_counter() - start
 
@@ -385,7 +385,18 @@ class BaseARPipeline(DiffusionPipeline):
 
     @property
     def interrupt(self) -> bool:
-        return self._interrupt
+        """Whether the running call was asked to stop; set it (in a step callback, say) to stop the decode
+        after the step in progress. Each call starts unset."""
+        return self._stop is not None and self._stop.requested
+
+    @interrupt.setter
+    def interrupt(self, value: bool) -> None:
+        if self._stop is None:
+            self._stop = StopFlag()
+        self._stop.requested = bool(value)
+
+    # diffusers' name for it, which callbacks written for diffusers pipelines set
+    _interrupt = interrupt
 
     def check_inputs(
         self, prompt: str | list[str], negative_prompt: str | list[str] | None = None, **options: Any

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .ar import AR
 from .base import Part, Sampler, requirements
-from .decoding import Decode, DecodeStats, DecodeTrace, Interrupted, Stepper
+from .decoding import Decode, DecodeStats, DecodeStatus, DecodeTrace, Interrupted, Stepper, StopFlag
 from .eagle import Eagle
 from .eagle2 import Eagle2
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
@@ -43,6 +43,7 @@ __all__ = [
     "Eagle",
     "Eagle2",
     "DecodeStats",
+    "DecodeStatus",
     "DecodeTrace",
     "Exact",
     "ImageRandom",
@@ -55,6 +56,7 @@ __all__ = [
     "RuleContext",
     "Sampler",
     "Stepper",
+    "StopFlag",
     "SamplingOptions",
     "Temperature",
     "TopK",

@@ -26,7 +26,16 @@ CHECK_EVERY = 4  # decode steps between two reads of the device (is every image 
 
 
 class Interrupted(Exception):
-    """Raised inside a sampler when the step hook asks to stop (the pipeline's `interrupt`)."""
+    """Raised inside a sampler's decode when its trace's `StopFlag` is set (the pipeline's `interrupt`), or
+    its step hook returns True."""
+
+
+@dataclass
+class StopFlag:
+    """Set `requested` to stop a decode after the step in progress; the decode loop reads it after every
+    step (a plain attribute: no call, no device read)."""
+
+    requested: bool = False
 
 
 @dataclass
@@ -71,6 +80,18 @@ class DecodeStats:
         }
 
 
+@dataclass
+class DecodeStatus:
+    """What one read of the device (`Decode.status`) says about every image."""
+
+    done: list[bool]  # [B]: every cell decoded
+    decoded: list[int]  # [B]: cells decoded so far
+
+    @property
+    def all_done(self) -> bool:
+        return all(self.done)
+
+
 StepHook = Callable[["DecodeTrace"], bool | None]
 ProgressHook = Callable[[int], None]
 StepRunner = Callable[[Callable[[], None]], None]
@@ -94,6 +115,7 @@ class DecodeTrace:
         runner: StepRunner | None = None,
         *,
         check_every_step: bool = False,
+        stop: StopFlag | None = None,
     ):
         self.session = session
         batch, cells = session.batch_size, session.num_cells
@@ -107,6 +129,7 @@ class DecodeTrace:
         self.on_progress = on_progress
         self.runner = runner
         self.check_every_step = check_every_step
+        self.stop = stop or StopFlag()
         self.hooks_by_loop = (
             False  # `Decode.run` calls `on_step` after each step (commit may be a graph replay)
         )
@@ -124,6 +147,7 @@ class DecodeTrace:
         view.codes, view.commit_step = self.codes[start:stop], self.commit_step[start:stop]
         view.accepted, view.steps = self.accepted[start:stop], self.steps[start:stop]
         view.on_step = view.on_progress = view.runner = None
+        view.stop = self.stop
         view.check_every_step = view.hooks_by_loop = False
         return view
 
@@ -151,19 +175,11 @@ class DecodeTrace:
             self.after_step()
 
     def after_step(self) -> None:
-        """Run the step hook; raise `Interrupted` when it asks to stop."""
+        """Run the step hook; raise `Interrupted` when it or the stop flag asks to stop."""
         if self.on_step is not None and self.on_step(self):
             raise Interrupted
-
-    def checkpoint(self) -> bool:
-        """Read the device once: report progress, raise session misuse, and say whether every image is done."""
-        session = self.session
-        done, decoded = self.done.all().long()[None], (self.codes >= 0).sum()[None]
-        all_done, decoded, *status = torch.cat([done, decoded, session.status()]).tolist()
-        session.apply_status(status)
-        if self.on_progress is not None:
-            self.on_progress(decoded)
-        return bool(all_done)
+        if self.stop.requested:
+            raise Interrupted
 
     def stats(self, name: str) -> list[DecodeStats]:
         grid = self.session.grid
@@ -184,6 +200,10 @@ class DecodeTrace:
             )
             for i in range(self.session.batch_size)
         ]
+
+
+def _eager(step: Callable[[], None]) -> None:
+    step()
 
 
 class Stepper:
@@ -235,34 +255,57 @@ class Decode:
             session, self.policy, self.random.lanes(start, stop), self.trace.lanes(session, start, stop)
         )
 
+    def start(self, stepper: Stepper) -> None:
+        """Commit cell 0 of every image from the prefill and start `stepper` there (an engine's lane view
+        starts one image this way while the others keep decoding)."""
+        stepper.start(self.commit_first_cell())
+
+    def advance(self, stepper: Stepper, steps: int = 1, *, unchecked: int = 0) -> None:
+        """Take `steps` steps of `stepper`, each through `trace.runner` and followed by the trace's step hook,
+        with the session's span first reserved for all of them and the `unchecked` steps taken since the
+        device was last read (`status`): a step reads nothing back, so the span must cover the furthest any
+        image may have gone."""
+        self.session.reserve(stepper.reach * (unchecked + steps))
+        run = self.trace.runner or _eager
+        for _ in range(steps):
+            run(stepper.step)
+            self.trace.after_step()
+
+    def status(self) -> DecodeStatus:
+        """Read the device once: which images are done and how many cells each has decoded; raises session
+        misuse recorded since the last read, and reports the batch's decoded cells to `trace.on_progress`."""
+        trace, session = self.trace, self.session
+        batch = session.batch_size
+        values = torch.cat([trace.done.long(), (trace.codes >= 0).sum(1), session.status()]).tolist()
+        session.apply_status(values[2 * batch :])
+        decoded = values[batch : 2 * batch]
+        if trace.on_progress is not None:
+            trace.on_progress(sum(decoded))
+        return DecodeStatus([bool(done) for done in values[:batch]], decoded)
+
     def run(self, stepper: Stepper, max_steps: int, *, exact: bool = False) -> None:
-        """Decode every image: cell 0 from the prefill, then `stepper.step()` (through `trace.runner`) until
-        every image is done, reading the device once every `CHECK_EVERY` steps (every step with
+        """Decode every image: cell 0 from the prefill (`start`), then steps (`advance`) until every image is
+        done, reading the device (`status`) once every `CHECK_EVERY` steps (every step with
         `trace.check_every_step`) to see whether it is. With `exact`, the decode takes exactly `max_steps`
         steps and the device is read once, at the end."""
-        stepper.start(self.commit_first_cell())
-        reach = stepper.reach
-        session, trace = self.session, self.trace
-        run = trace.runner or (lambda f: f())
-        total = session.batch_size * session.num_cells
+        self.start(stepper)
+        trace = self.trace
+        total = self.session.batch_size * self.session.num_cells
         every = 1 if trace.check_every_step else CHECK_EVERY
         trace.hooks_by_loop = True
-        taken = since_check = 0
+        taken = unchecked = 0
         try:
             while taken < max_steps:
                 chunk = min(every, max_steps - taken)
-                session.reserve(reach * (since_check + chunk))
-                for _ in range(chunk):
-                    run(stepper.step)
-                    trace.after_step()
+                self.advance(stepper, chunk, unchecked=unchecked)
                 taken += chunk
-                since_check += chunk
+                unchecked += chunk
                 if exact and taken < max_steps:
                     if trace.on_progress is not None:
                         trace.on_progress(total * taken // max_steps)
                     continue
-                since_check = 0
-                if trace.checkpoint():
+                unchecked = 0
+                if self.status().all_done:
                     return
         finally:
             trace.hooks_by_loop = False

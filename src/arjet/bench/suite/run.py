@@ -279,7 +279,7 @@ def _kernel_profile(
 
     def stop(pipe, step, forward_passes, tensors):
         if forward_passes > steps:  # the prefill is the first forward pass
-            pipe._interrupt = True
+            pipe.interrupt = True
         return tensors
 
     eager = {**call, "compile": "none"}

@@ -1,9 +1,12 @@
-"""One call's AR stage: the sampler decodes each of the family's grids through a session of its own.
+"""One call's AR stage: the sampler samples the codes of each of the family's grids through a session of its own.
 
 Most families decode one grid. GLM-Image first decodes a small preview grid and then the target grid, whose
 session starts from a prefix that holds the prompt and the preview's codes (`BaseARPipeline.preview_grid`,
 `preview_prefix`); the same sampler, random streams, progress bar and step callback run through both, and
 each image's stats add up.
+
+Per step the decode loop reads only the call's `StopFlag` (`pipe.interrupt`); a user's step callback
+(`StepHook`) runs only when one is given, and the progress bar moves whenever the loop reads the device.
 """
 
 from __future__ import annotations
@@ -13,16 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from diffusers import DiffusionPipeline
 
-from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Interrupted
+from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Interrupted, StopFlag
 from ..session import DecodingSession, Prefix
 from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
-from .callbacks import StepHook
 from .inputs import CheckedInputs
 
 
 @dataclass
-class DecodedCodes:
+class SampledCodes:
     """The codes of the target grid `[N, H, W]` (-1 where an interrupted decode left a cell), those of the
     preview grid `[N, h, w]` (None for one-grid families) and what each image cost."""
 
@@ -31,24 +34,24 @@ class DecodedCodes:
     stats: list[DecodeStats]
 
 
-def decode_codes(
+def sample_codes(
     pipe: Any,
     call: CheckedInputs,
     prefix: Prefix,
     rng: ImageRandom,
     session_class: Callable[..., DecodingSession] = DecodingSession,
-) -> DecodedCodes:
+) -> SampledCodes:
     """Run `call.sampler` over every grid of the call in turn (the preview grid, if the family has one, then
     the target), each through a decoding session (`session_class`); `pipe` is the family's `BaseARPipeline`."""
     batch, grid = call.batch_size, call.grid
     preview = pipe.preview_grid(grid)
     grids = [grid] if preview is None else [preview, grid]
     progress = pipe.progress_bar(total=batch * sum(h * w for h, w in grids))
-    hook = StepHook(pipe, lambda: pipe.interrupt, progress, call.callback, call.tensor_inputs)
+    hook = StepHook(pipe, progress, call.callback, call.tensor_inputs)
+    pipe._stop = stop = StopFlag()  # `pipe._interrupt = True` (in a callback, say) sets it
     decoder = pipe.compiled_decoder() if call.compile in COMPILED_MODES else None
     traces: list[DecodeTrace] = []
     runners: list[CudaGraphRunner] = []
-    pipe._interrupt = False
     try:
         for stage in grids:
             if traces:  # the target grid's prompt: the prompt and the preview's codes
@@ -67,7 +70,12 @@ def decode_codes(
             )
             runner = CudaGraphRunner(session) if call.compile in CAPTURED_MODES else None
             trace = DecodeTrace(
-                session, hook, hook.progress_to, runner, check_every_step=call.callback is not None
+                session,
+                hook if call.callback is not None else None,
+                hook.progress_to,
+                runner,
+                check_every_step=call.callback is not None,
+                stop=stop,
             )
             traces.append(trace)
             runners += [runner] if runner is not None else []
@@ -88,7 +96,7 @@ def decode_codes(
         stats = [chain_stats(a, not_started(call.sampler_label, grid)) for a in stats]
     for item in stats:
         item.extra.update(capture_counts(runners))
-    return DecodedCodes(codes, preview_codes, stats)
+    return SampledCodes(codes, preview_codes, stats)
 
 
 def chain_stats(preview: DecodeStats, target: DecodeStats) -> DecodeStats:
@@ -123,3 +131,62 @@ def capture_counts(runners: list[CudaGraphRunner]) -> dict[str, int | float]:
         for key, value in runner.counts().items():
             totals[key] = totals.get(key, 0) + value
     return totals
+
+
+class StepHook:
+    """The trace's `on_progress`, and its `on_step` when the call has a step callback (which then reads the
+    device after every step); the progress bar moves whenever the decode loop reads the device anyway. `pipe`
+    is what the callback receives."""
+
+    def __init__(
+        self,
+        pipe: DiffusionPipeline,
+        progress: Any,
+        callback: Callable[..., dict[str, Any] | None] | None,
+        tensor_inputs: list[str],
+    ):
+        self.pipe = pipe
+        self.progress = progress
+        self.callback = callback
+        self.tensor_inputs = tensor_inputs
+        self.decoded = 0
+        self.step = 0
+        self.earlier_cells = 0  # cells (of the batch) and forward passes of the grids decoded before this one
+        self.earlier_passes = 0
+
+    def next_grid(self, cells: int, forward_passes: int) -> None:
+        """The decode moves on to the next grid (GLM-Image's target after its preview), after `cells` cells
+        of the batch and `forward_passes` forward passes."""
+        self.earlier_cells += cells
+        self.earlier_passes += forward_passes
+
+    def progress_to(self, decoded: int) -> None:
+        decoded += self.earlier_cells
+        self.progress.update(decoded - self.decoded)
+        self.decoded = decoded
+
+    def __call__(self, trace: DecodeTrace) -> None:
+        grid = trace.session.grid
+        state = {"codes": trace.codes.view(-1, *grid), "commit_step": trace.commit_step.view(-1, *grid)}
+        kwargs = {name: state[name].clone() for name in self.tensor_inputs}
+        forward_passes = self.earlier_passes + trace.session.count
+        returned = self.callback(self.pipe, self.step, forward_passes, kwargs)
+        check_callback_return(returned, state)
+        self.step += 1
+
+
+def check_callback_return(returned: Any, state: dict[str, torch.Tensor]) -> None:
+    """A callback's return is not applied (see `BaseARPipeline.__call__`); refuse one that tries to edit."""
+    if returned is None:
+        return
+    if not isinstance(returned, dict):
+        raise ValueError(
+            f"callback_on_step_end must return its tensors dict (or None), got {type(returned).__name__}"
+        )
+    for name, value in returned.items():
+        if name in state and not (isinstance(value, torch.Tensor) and torch.equal(value, state[name])):
+            raise ValueError(
+                f"callback_on_step_end returned a changed {name!r}: decoded codes cannot be replaced (they are "
+                "already in the KV cache and the sampler picks the next ones); return the tensors unchanged, "
+                "or set pipe._interrupt = True to stop"
+            )
