@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from arjet import samplers
-from arjet.samplers import SJD, SJD2, SJDPAC, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
+from arjet.samplers import SJD, SJD2, SJDPAC, Eagle, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
 from arjet.samplers.jacobi import RuleSampler
 from arjet.samplers.options import option as declared
 
@@ -266,6 +266,21 @@ def test_every_sampler_at_its_defaults_fits_a_small_grid(name):
     """The defaults always pass (on a grid smaller than them too), with the demo's limits."""
     samplers.get(name).check_grid((3, 3), 64, vocab_size=8)
     samplers.get(name).check_grid(GRID, 64, vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [SJDPAC(tree_width=9, tree_depth=2), Eagle(tree_width=9, tree_depth=2), Eagle2(tree_width=9, expand=2)],
+    ids=["sjd-pac", "eagle", "eagle2"],
+)
+def test_every_tree_draws_no_more_children_than_the_vocabulary_has_codes(sampler):
+    """One check (`options.check_width`) for the static and the dynamic trees, one message."""
+    with pytest.raises(
+        ValueError,
+        match="^tree_width=9 is more than the 8 codes of this model's vocabulary; use tree_width <= 8$",
+    ):
+        sampler.check_grid(GRID, vocab_size=8)
+    sampler.check_grid(GRID, vocab_size=9)
 
 
 def test_a_tree_within_the_grid_passes():
