@@ -72,7 +72,46 @@ BAD_SPECS = [
 ]
 
 
-@pytest.mark.parametrize(("spec", "message"), BAD_SPECS, ids=[spec for spec, _ in BAD_SPECS])
+# the paper names keep their options and errors as aliases of a composite (samplers/registry.py)
+BAD_ALIAS_SPECS = [
+    ("lantern:drafter=true,coupling=true",
+     "bad arguments for sampler 'lantern': coupling applies to Jacobi drafts; lantern with drafter=true takes no "
+     "coupling"),
+    ("lantern:drafter=true,window=5", "window applies to Jacobi drafts; lantern with drafter=true takes no window"),
+    ("lantern:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern with drafter=true"),
+    ("lantern:expand=2", "expand shapes a drafter's tree; lantern takes it with drafter=true only"),
+    ("lantern:children=top", "children shapes a drafter's tree; lantern takes it with drafter=true only"),
+    ("lantern:delta=2", "delta must be a finite number from 0 to 1, got '2'"),
+    ("lantern++:drafter=true,coupling=false",
+     "coupling applies to Jacobi drafts; lantern++ with drafter=true takes no coupling"),
+    ("lantern++:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern++ with drafter=true"),
+    ("lantern++:chain=jacobi", "chain=jacobi chooses what a drafter drafts; lantern++ takes it with drafter=true only"),
+    ("lantern++:window=1", "window must be an integer from 2 to 16384, got '1'"),
+    ("lantern++:windw=3", "no option 'windw'; valid options: k, delta, lam, bound, top, window, tree_width, "
+     "tree_depth, coupling, init, drafter, chain"),
+    ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, acceptance"),
+    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("zipar+lantern:acceptance=exact", "bad arguments for sampler 'zipar+lantern': no option 'acceptance'; valid "
+     "options: w, schedule, window, init, coupling, k, delta, lam, bound, top"),
+    ("zipar+lantern:w=1", "w must be an integer from 2 to 16384, got '1'"),
+]  # fmt: skip
+# a composite, method[+verifier][+rule], takes the parts its parts hold and the options they declare
+BAD_COMPOSITE_SPECS = [
+    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern after it, not '+sjd'"),
+    ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
+    ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
+    ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
+    ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
+    ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
+    ("sjd+lantern:acceptance=exact",
+     "bad arguments for sampler 'sjd+lantern': no option 'acceptance'; valid options: window, init, coupling, k"),
+    ("eagle2+lantern:window=4", "no option 'window'; valid options: tree_width, expand, tree_depth, children, k"),
+    ("sjd-pac+lantern:tree_width=64,tree_depth=16", "make a tree of"),
+]  # fmt: skip
+ALL_BAD_SPECS = BAD_SPECS + BAD_ALIAS_SPECS + BAD_COMPOSITE_SPECS
+
+
+@pytest.mark.parametrize(("spec", "message"), ALL_BAD_SPECS, ids=[spec for spec, _ in ALL_BAD_SPECS])
 def test_bad_specs_name_the_option_and_what_is_allowed(spec, message):
     with pytest.raises(ValueError) as caught:
         samplers.get(spec)

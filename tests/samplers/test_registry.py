@@ -127,60 +127,6 @@ def test_an_option_of_the_other_form_at_its_default_is_accepted():
     assert samplers.get("lantern++:drafter=true,coupling=true,init=random") == samplers.get("eagle+lantern")
 
 
-ALIAS_ERRORS = [
-    ("lantern:drafter=true,coupling=true",
-     "bad arguments for sampler 'lantern': coupling applies to Jacobi drafts; lantern with drafter=true takes no "
-     "coupling"),
-    ("lantern:drafter=true,window=5", "window applies to Jacobi drafts; lantern with drafter=true takes no window"),
-    ("lantern:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern with drafter=true"),
-    ("lantern:expand=2", "expand shapes a drafter's tree; lantern takes it with drafter=true only"),
-    ("lantern:children=top", "children shapes a drafter's tree; lantern takes it with drafter=true only"),
-    ("lantern:delta=2", "delta must be a finite number from 0 to 1, got '2'"),
-    ("lantern++:drafter=true,coupling=false",
-     "coupling applies to Jacobi drafts; lantern++ with drafter=true takes no coupling"),
-    ("lantern++:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern++ with drafter=true"),
-    ("lantern++:chain=jacobi", "chain=jacobi chooses what a drafter drafts; lantern++ takes it with drafter=true only"),
-    ("lantern++:window=1", "window must be an integer from 2 to 16384, got '1'"),
-    ("lantern++:windw=3", "no option 'windw'; valid options: k, delta, lam, bound, top, window, tree_width, "
-     "tree_depth, coupling, init, drafter, chain"),
-    ("mc-sjd:coupling=false", "bad arguments for sampler 'mc-sjd': no option 'coupling'; valid options: window, "
-     "init, acceptance"),
-    ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, acceptance"),
-    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
-    ("zipar+lantern:acceptance=exact", "bad arguments for sampler 'zipar+lantern': no option 'acceptance'; valid "
-     "options: w, schedule, window, init, coupling, k, delta, lam, bound, top"),
-    ("zipar+lantern:w=1", "w must be an integer from 2 to 16384, got '1'"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("spec", "message"), ALIAS_ERRORS, ids=[spec for spec, _ in ALIAS_ERRORS])
-def test_an_aliases_bad_options_are_refused_naming_the_option(spec, message):
-    with pytest.raises(ValueError) as refused:
-        samplers.get(spec)
-    assert message in str(refused.value)
-
-
-COMPOSITE_ERRORS = [
-    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern after it, not '+sjd'"),
-    ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
-    ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
-    ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
-    ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
-    ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
-    ("sjd+lantern:acceptance=exact",
-     "bad arguments for sampler 'sjd+lantern': no option 'acceptance'; valid options: window, init, coupling, k"),
-    ("eagle2+lantern:window=4", "no option 'window'; valid options: tree_width, expand, tree_depth, children, k"),
-    ("sjd-pac+lantern:tree_width=64,tree_depth=16", "make a tree of"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("spec", "message"), COMPOSITE_ERRORS, ids=[spec for spec, _ in COMPOSITE_ERRORS])
-def test_a_composite_takes_only_the_parts_its_parts_hold(spec, message):
-    with pytest.raises(ValueError) as refused:
-        samplers.get(spec)
-    assert message in str(refused.value)
-
-
 def test_a_long_composite_name_is_refused_with_a_short_message():
     for spec in ("sjd+" + "x" * LONG, "x" * LONG + "+sjd"):
         with pytest.raises(ValueError) as refused:
