@@ -139,6 +139,41 @@ def test_the_golden_file_covers_every_registered_sampler_and_nothing_stale():
     assert set(_golden()) == {_key(*case) for case in _cases()}
 
 
+# -- the paper names are aliases of one canonical spec: it decodes their golden codes ----------------------
+CANONICAL = {  # every alias spec of a golden case -> the canonical spec it expands to (samplers/registry.py)
+    "mc-sjd": "sjd:coupling=true",
+    "lantern": "sjd+lantern",
+    "lantern:k=4,delta=0.3": "sjd+lantern:k=4,delta=0.3",
+    "lantern:k=4,lam=2,bound=tv": "sjd+lantern:k=4,lam=2,bound=tv",
+    "lantern:bound=tv": "sjd+lantern:bound=tv",
+    "lantern:drafter=true,tree_width=3,expand=2,tree_depth=4,k=4,delta=0.3": (
+        "eagle2+lantern:tree_width=3,expand=2,tree_depth=4,k=4,delta=0.3"
+    ),
+    "lantern++": "sjd-pac+lantern",
+    "lantern++:drafter=true,k=4,lam=2": "eagle+lantern:k=4,lam=2",
+    "zipar+lantern:w=2,window=4,k=4": "zipar+sjd+lantern:w=2,window=4,k=4",
+}
+ALIASES = {"mc-sjd", "lantern", "lantern++", "zipar+lantern"}
+COMPOSITES = {"sjd+lantern", "eagle2+lantern", "sjd-pac+lantern", "eagle+lantern", "zipar+sjd+lantern"}
+
+
+def _alias_cases() -> list[tuple[str, str, str]]:
+    return [case for case in _cases() if case[1] in CANONICAL]
+
+
+@pytest.mark.parametrize(("model", "spec", "sampling"), _alias_cases(), ids=lambda v: str(v))
+def test_the_canonical_spec_decodes_its_aliases_golden_codes(model, spec, sampling):
+    """`lantern` is `sjd+lantern`, `lantern++:drafter=true` is `eagle+lantern`, ...: the same codes, read
+    from the alias's own golden key (the file has no keys for canonical specs)."""
+    assert _codes(model, CANONICAL[spec], sampling) == _golden()[_key(model, spec, sampling)]
+
+
+def test_every_alias_case_has_its_canonical_spec_and_every_composite_is_decoded():
+    aliased = {spec for _, spec, _ in _cases() if spec.split(":")[0] in ALIASES}
+    assert aliased == set(CANONICAL)
+    assert {spec.split(":")[0] for spec in CANONICAL.values()} == COMPOSITES | {"sjd"}
+
+
 # -- float32 decodes, compared in distribution ----------------------------------------------------------
 FLOAT32_SPECS = ["ar", "sjd", "sjd-pac", "lantern"]
 FLOAT32_DRAWS = 1000  # images per sample: enough to tell temperature 0.9 from 1.3 (the negative control)

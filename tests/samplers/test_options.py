@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from arjet import samplers
-from arjet.samplers import SJD, SJD2, SJDPAC, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
+from arjet.samplers import SJD, SJD2, SJDPAC, Eagle, Eagle2, Lantern, Sampler, ZipAR, options_of, registry
 from arjet.samplers.jacobi import RuleSampler
 from arjet.samplers.options import option as declared
 
@@ -72,7 +72,46 @@ BAD_SPECS = [
 ]
 
 
-@pytest.mark.parametrize(("spec", "message"), BAD_SPECS, ids=[spec for spec, _ in BAD_SPECS])
+# the paper names keep their options and errors as aliases of a composite (samplers/registry.py)
+BAD_ALIAS_SPECS = [
+    ("lantern:drafter=true,coupling=true",
+     "bad arguments for sampler 'lantern': coupling applies to Jacobi drafts; lantern with drafter=true takes no "
+     "coupling"),
+    ("lantern:drafter=true,window=5", "window applies to Jacobi drafts; lantern with drafter=true takes no window"),
+    ("lantern:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern with drafter=true"),
+    ("lantern:expand=2", "expand shapes a drafter's tree; lantern takes it with drafter=true only"),
+    ("lantern:children=top", "children shapes a drafter's tree; lantern takes it with drafter=true only"),
+    ("lantern:delta=2", "delta must be a finite number from 0 to 1, got '2'"),
+    ("lantern++:drafter=true,coupling=false",
+     "coupling applies to Jacobi drafts; lantern++ with drafter=true takes no coupling"),
+    ("lantern++:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern++ with drafter=true"),
+    ("lantern++:chain=jacobi", "chain=jacobi chooses what a drafter drafts; lantern++ takes it with drafter=true only"),
+    ("lantern++:window=1", "window must be an integer from 2 to 16384, got '1'"),
+    ("lantern++:windw=3", "no option 'windw'; valid options: k, delta, lam, bound, top, window, tree_width, "
+     "tree_depth, coupling, init, drafter, chain"),
+    ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, acceptance"),
+    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("zipar+lantern:acceptance=exact", "bad arguments for sampler 'zipar+lantern': no option 'acceptance'; valid "
+     "options: w, schedule, window, init, coupling, k, delta, lam, bound, top"),
+    ("zipar+lantern:w=1", "w must be an integer from 2 to 16384, got '1'"),
+]  # fmt: skip
+# a composite, method[+verifier][+rule], takes the parts its parts hold and the options they declare
+BAD_COMPOSITE_SPECS = [
+    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern after it, not '+sjd'"),
+    ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
+    ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
+    ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
+    ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
+    ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
+    ("sjd+lantern:acceptance=exact",
+     "bad arguments for sampler 'sjd+lantern': no option 'acceptance'; valid options: window, init, coupling, k"),
+    ("eagle2+lantern:window=4", "no option 'window'; valid options: tree_width, expand, tree_depth, children, k"),
+    ("sjd-pac+lantern:tree_width=64,tree_depth=16", "make a tree of"),
+]  # fmt: skip
+ALL_BAD_SPECS = BAD_SPECS + BAD_ALIAS_SPECS + BAD_COMPOSITE_SPECS
+
+
+@pytest.mark.parametrize(("spec", "message"), ALL_BAD_SPECS, ids=[spec for spec, _ in ALL_BAD_SPECS])
 def test_bad_specs_name_the_option_and_what_is_allowed(spec, message):
     with pytest.raises(ValueError) as caught:
         samplers.get(spec)
@@ -266,6 +305,21 @@ def test_every_sampler_at_its_defaults_fits_a_small_grid(name):
     """The defaults always pass (on a grid smaller than them too), with the demo's limits."""
     samplers.get(name).check_grid((3, 3), 64, vocab_size=8)
     samplers.get(name).check_grid(GRID, 64, vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [SJDPAC(tree_width=9, tree_depth=2), Eagle(tree_width=9, tree_depth=2), Eagle2(tree_width=9, expand=2)],
+    ids=["sjd-pac", "eagle", "eagle2"],
+)
+def test_every_tree_draws_no_more_children_than_the_vocabulary_has_codes(sampler):
+    """One check (`options.check_width`) for the static and the dynamic trees, one message."""
+    with pytest.raises(
+        ValueError,
+        match="^tree_width=9 is more than the 8 codes of this model's vocabulary; use tree_width <= 8$",
+    ):
+        sampler.check_grid(GRID, vocab_size=8)
+    sampler.check_grid(GRID, vocab_size=9)
 
 
 def test_a_tree_within_the_grid_passes():

@@ -1,9 +1,11 @@
 """The sampler registry: a spec's errors quote what it was given in a short excerpt, so a message stays a
-line however long the spec (the command line, the pipe and the server all show it)."""
+line however long the spec (the command line, the pipe and the server all show it); composites
+(`method[+verifier][+rule]`) are built from their parts, and the paper names are aliases of one."""
 
 import pytest
 
 from arjet import samplers
+from arjet.samplers import MCSJD, SJD, SJDPAC, Eagle, Eagle2, Lantern, ZipAR, options_of
 from arjet.samplers.options import parse_options
 
 LONG = 900_000
@@ -63,3 +65,70 @@ def test_a_long_repeated_key_without_a_schema_is_cut_too():
     with pytest.raises(ValueError) as refused:
         parse_options(f"{key}=1,{key}=2", None)
     assert len(str(refused.value)) < SHORT_MESSAGE and "is given twice" in str(refused.value)
+
+
+# -- composites: method[+verifier][+rule]; the paper names are aliases of one ------------------------------
+ALIASES = [  # (what a user types, the canonical spec it expands to, the object both build)
+    ("lantern", "sjd+lantern", SJD(acceptance=Lantern())),
+    ("sjd:acceptance=lantern", "sjd+lantern", SJD(acceptance=Lantern())),
+    ("lantern:k=4,delta=0.3,window=5", "sjd+lantern:k=4,delta=0.3,window=5", SJD(5, acceptance=Lantern(4, 0.3))),
+    ("lantern:drafter=true", "eagle2+lantern", Eagle2(acceptance=Lantern())),
+    ("lantern:drafter=true,expand=2,lam=2", "eagle2+lantern:expand=2,lam=2", Eagle2(expand=2, acceptance=Lantern(lam=2))),
+    ("lantern++", "sjd-pac+lantern", SJDPAC(acceptance=Lantern())),
+    ("lantern++:window=none,tree_width=2", "sjd-pac+lantern:tree_width=2", SJDPAC(tree_width=2, acceptance=Lantern())),
+    ("lantern++:drafter=true", "eagle+lantern", Eagle(acceptance=Lantern())),
+    ("lantern++:drafter=true,chain=jacobi,window=20", "eagle+lantern:chain=jacobi,window=20",
+     Eagle(window=20, chain="jacobi", acceptance=Lantern())),
+    ("zipar+lantern", "zipar+sjd+lantern", ZipAR(verify=SJD(acceptance=Lantern()))),
+    ("zipar+lantern:w=2,window=4,k=4", "zipar+sjd+lantern:w=2,window=4,k=4",
+     ZipAR(w=2, verify=SJD(window=4, acceptance=Lantern(k=4)))),
+    ("zipar+sjd:acceptance=lantern", "zipar+sjd+lantern", ZipAR(verify=SJD(acceptance=Lantern()))),
+    ("mc-sjd:acceptance=lantern,window=3", "mc-sjd+lantern:window=3", MCSJD(window=3, acceptance=Lantern())),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("alias", "canonical", "built"), ALIASES, ids=[alias for alias, _, _ in ALIASES])
+def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built):
+    assert samplers.get(alias) == samplers.get(canonical) == built
+
+
+def test_the_registered_names_stay_the_twelve_and_composites_are_built_unlisted():
+    assert samplers.available() == [
+        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2", "zipar",
+        "zipar+lantern", "zipar+sjd",
+    ]  # fmt: skip
+    schema = samplers.options("zipar+sjd+lantern")
+    assert schema == (*options_of(ZipAR), *options_of(SJD), *options_of(Lantern))
+    assert samplers.options("sjd-pac+lantern") == (*options_of(SJDPAC), *options_of(Lantern))
+    assert samplers.get("zipar+sjd+lantern:schedule=llamagen,coupling=true,bound=tv") == ZipAR(
+        schedule="llamagen", verify=SJD(coupling=True, acceptance=Lantern(bound="tv"))
+    )
+
+
+def test_each_alias_keeps_its_options_in_their_order():
+    """A paper name takes the options of both its forms (the rule's first), as before the forms moved."""
+    names = {name: [option.name for option in samplers.options(name)] for name in ("lantern", "lantern++")}
+    assert names["lantern"] == [
+        "k", "delta", "lam", "bound", "top", "window", "init", "coupling", "drafter", "tree_width", "expand",
+        "tree_depth", "children",
+    ]  # fmt: skip
+    assert names["lantern++"] == [
+        "k", "delta", "lam", "bound", "top", "window", "tree_width", "tree_depth", "coupling", "init", "drafter",
+        "chain",
+    ]  # fmt: skip
+    assert [option.name for option in samplers.options("mc-sjd")] == ["window", "init", "acceptance"]
+
+
+def test_an_option_of_the_other_form_at_its_default_is_accepted():
+    """`lantern:drafter=true,window=16` spells out a default; only a change is refused."""
+    assert samplers.get("lantern:drafter=true,window=16,coupling=false") == samplers.get("eagle2+lantern")
+    assert samplers.get("lantern:tree_width=4,expand=4,children=sample") == samplers.get("sjd+lantern")
+    assert samplers.get("lantern++:chain=drafter") == samplers.get("sjd-pac+lantern")
+    assert samplers.get("lantern++:drafter=true,coupling=true,init=random") == samplers.get("eagle+lantern")
+
+
+def test_a_long_composite_name_is_refused_with_a_short_message():
+    for spec in ("sjd+" + "x" * LONG, "x" * LONG + "+sjd"):
+        with pytest.raises(ValueError) as refused:
+            samplers.get(spec)
+        assert len(str(refused.value)) < SHORT_MESSAGE and "..." in str(refused.value)

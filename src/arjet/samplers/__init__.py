@@ -5,10 +5,11 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they share in
-`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
-`base.py` (what a sampler declares) and `decoding.py` (what `run(decode)` receives), options in
-`options.py`, names in `registry.py`.
+`mc_sjd.py`, `sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they
+share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the
+contract in `base.py` (what a sampler declares) and `decoding.py` (what `run(decode)` receives), options in
+`options.py`, names in `registry.py` (composites `method[+verifier][+rule]` such as `zipar+sjd+lantern`,
+and the paper names that are aliases of one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .eagle import Eagle
 from .eagle2 import Eagle2
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
+from .mc_sjd import MCSJD
 from .options import MAX_SIZE, Option, option, options_of, parse_options
 from .policy import LogitsPolicy, LogitsProcessor, SamplingOptions, Temperature, TopK, TopP
 from .random import ImageRandom, sample
@@ -34,6 +36,7 @@ __all__ = [
     "BOUNDS",
     "INIT_SCHEMES",
     "MAX_SIZE",
+    "MCSJD",
     "SCHEDULES",
     "SJD",
     "SJD2",

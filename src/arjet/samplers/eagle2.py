@@ -74,7 +74,7 @@ from .jacobi import (
     resample,
     verify_candidates,
 )
-from .options import option, step_bound
+from .options import check_width, option, step_bound
 from .random import sample
 
 CHILDREN = ("sample", "top")
@@ -132,11 +132,7 @@ class Eagle2(RuleSampler):
                 f"of {self.nodes:,} nodes, more than {bound}; use a tree of at most {allowed} nodes "
                 "(1 + tree_width + (tree_depth - 2) * expand * tree_width)"
             )
-        if vocab_size is not None and self.tree_width > vocab_size:  # children are drawn without replacement
-            raise ValueError(
-                f"tree_width={self.tree_width} is more than the {vocab_size} codes of this model's "
-                f"vocabulary; use tree_width <= {vocab_size}"
-            )
+        check_width(self.tree_width, vocab_size)
         super().check_grid(grid, max_window, vocab_size=vocab_size)
 
     def stepper(self, decode: Decode) -> DynamicTreeStepper:

@@ -1,5 +1,6 @@
-"""LANTERN relaxed acceptance (Jang et al., ICLR 2025; LANTERN++, ICLR-W 2025), as an acceptance rule for
-`sjd` and `zipar+sjd` (the `lantern` and `zipar+lantern` samplers).
+"""LANTERN relaxed acceptance (Jang et al., ICLR 2025; LANTERN++, ICLR-W 2025): an acceptance rule for any
+sampler that verifies with one (`sjd+lantern`, `zipar+sjd+lantern`, ...), and the sampler names the papers
+use (`lantern`, `lantern++`: `FORMS`).
 
 Image codes whose VQ codebook vectors are close decode to similar patches. For a draft `x` and the
 processed target `p`, LANTERN's proximity set `A(x)` is the longest prefix of `x`'s `k` nearest codes
@@ -35,6 +36,23 @@ variation = its mass, most of `p` at the default `k = 1000`), and under top-k it
 `p - q` with `q` zeroed on those codes, again without a bound. The exact residual keeps the published
 per-token bound for point-mass drafts and makes `delta = 0` exactly SJD.
 
+LANTERN++: the same rule on a static tree of drafts, with a multiplicative budget. LANTERN drafts with
+EAGLE-2's dynamic tree, which picks paths by the drafter's confidence; on image codes that confidence is low
+and flat, so the picked paths are short. LANTERN++ verifies a static tree instead, and bounds what a draft
+may claim by its own probability, `p~(x) <= lam * p(x)` (`lam`), rather than by a fixed `delta`. Here the
+tree is `sjd-pac`'s over Jacobi drafts (training-free) or `eagle`'s over a trained drafter's chain.
+
+The sampler names (`FORMS`, read by `arjet.samplers.registry`): each paper name is an alias of one
+canonical spec, `method+lantern`, chosen by its `drafter` option:
+
+| name        | builds             | with `drafter=true`                                                |
+|-------------|--------------------|--------------------------------------------------------------------|
+| `lantern`   | `sjd+lantern`      | `eagle2+lantern` (the paper's: a drafter's dynamic tree)           |
+| `lantern++` | `sjd-pac+lantern`  | `eagle+lantern` (a drafter's chain on a static tree; its `chain`)  |
+
+A name takes the options of both its forms; one the chosen form lacks is refused unless it is at its
+default (`refusal`). `lantern++`'s `window` defaults to the built method's (`sjd-pac`'s 64, `eagle`'s 16).
+
 Greedy decoding (`bound="draft"`, LANTERN's relaxed argmax): the draft is accepted when it is the argmax
 of its relaxed distribution built from the non-greedy `p` (ties go to the draft; the official code keeps
 the claimed codes' mass too, which differs only in ties); otherwise the slot takes the plain argmax. The
@@ -53,7 +71,7 @@ from typing import ClassVar
 import torch
 
 from .jacobi import AcceptanceRule, RuleContext, residual
-from .options import MAX_SIZE, option
+from .options import MAX_SIZE, Option, option
 
 BOUNDS = ("draft", "tv")
 
@@ -198,6 +216,55 @@ class Lantern(AcceptanceRule):
                 "none; use the exact rule (sampler='sjd') instead"
             )
         return _placed_table(codebook, self.k, device)
+
+
+# -- the sampler names: LANTERN's rule over Jacobi drafts or over a trained drafter's ---------------------
+DRAFTER = Option(
+    "drafter",
+    bool,
+    False,
+    "propose with the pipeline's trained drafter (pipe.drafter) instead of Jacobi drafts",
+)
+
+
+@dataclass(frozen=True)
+class Form:
+    """A paper name of LANTERN's rule: the canonical spec it builds over Jacobi drafts (`jacobi`) and, with
+    `drafter=true`, over a trained drafter's (`drafted`); `window`: the name's own window option when both
+    forms take one with different defaults (`none`: the built method's)."""
+
+    jacobi: str
+    drafted: str
+    window: Option | None = None
+
+
+FORMS = {
+    "lantern": Form("sjd+lantern", "eagle2+lantern"),
+    "lantern++": Form(
+        "sjd-pac+lantern",
+        "eagle+lantern",
+        window=Option(
+            "window",
+            int,
+            None,
+            "inputs per forward, tree nodes included (none: sjd-pac's default, or eagle's with drafter=true)",
+            minimum=2,
+            maximum=MAX_SIZE,
+            none=True,
+        ),
+    ),
+}
+# a drafter form's option that is no tree shape, as a refusal without `drafter=true` says what it does
+_DRAFTING = {"chain": "{option}={value} chooses what a drafter drafts"}
+
+
+def refusal(name: str, option: str, value: object, drafter: bool) -> str:
+    """Why `name` refuses `option=value` (away from its default) in the form `drafter` chose: an option of
+    Jacobi drafts with a drafter's, or an option of a drafter's tree without one."""
+    if drafter:
+        return f"{option} applies to Jacobi drafts; {name} with drafter=true takes no {option}"
+    said = _DRAFTING.get(option, "{option} shapes a drafter's tree").format(option=option, value=value)
+    return f"{said}; {name} takes it with drafter=true only"
 
 
 def _placed_table(codebook: torch.Tensor, k: int, device: torch.device) -> torch.Tensor:

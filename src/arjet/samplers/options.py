@@ -12,7 +12,7 @@ the object is made), the spec parser (`"sjd:window=32,init=random"`), the regist
 (`arjet.samplers.options(name)`), `arjet samplers` and the demo. Sizes are bounded here by `MAX_SIZE` (no
 supported model has that many image positions) and, once the grid is known, by the grid itself: no
 sampler's step feeds more inputs than the grid has cells (`step_bound`, `check_fits_grid`, from the
-samplers' `check_grid`).
+samplers' `check_grid`), and no tree draws more children than the vocabulary has codes (`check_width`).
 """
 
 from __future__ import annotations
@@ -257,6 +257,15 @@ def check_fits_grid(
     allowed, bound = step_bound(default, grid, limit)
     if value > allowed:
         raise ValueError(f"{name}={value} is larger than {bound}; use {name} <= {allowed}")
+
+
+def check_width(width: int, vocab_size: int | None) -> None:
+    """Refuse a `tree_width` larger than the vocabulary (a node's children are drawn without replacement)."""
+    if vocab_size is not None and width > vocab_size:
+        raise ValueError(
+            f"tree_width={width} is more than the {vocab_size} codes of this model's vocabulary; use "
+            f"tree_width <= {vocab_size}"
+        )
 
 
 def step_bound(default: int, grid: tuple[int, int], limit: int | None = None) -> tuple[int, str]:

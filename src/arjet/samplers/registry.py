@@ -4,23 +4,35 @@ the one a spec describes.
 An entry is a builder and the options it takes. Those options are the samplers' own declarations
 (`options_of(SJD)`, see `arjet.samplers.options`), so a default is written once, on the sampler: a spec is
 parsed against the entry's options, every option it leaves out takes its declared default, and the builder
-gets them all. A composite entry (`zipar+lantern`) lists the options of each part and hands each part its own.
+gets them all.
+
+Composites: `method[+verifier][+rule]`. A method (`METHODS`) holds the part after its `+` (`SLOTS`): ZipAR
+its verifier (`+sjd`, whose windows advance its rows), any sampler that verifies with an acceptance rule
+its rule (`+lantern`). `zipar+sjd`, `sjd+lantern`, `sjd-pac+lantern`, `eagle+lantern`, `eagle2+lantern`,
+`zipar+sjd+lantern` are built by one `compose`; a composite takes the options of all its parts, each handed
+to the part that declares it (`zipar+sjd+lantern:w=2,window=4,k=4`). `get` and `options` take any
+composite; `available()` lists the registered names. The paper names are aliases of one canonical spec,
+with the same options and errors: `lantern` is `sjd+lantern` (`eagle2+lantern` with `drafter=true`),
+`lantern++` is `sjd-pac+lantern` (`eagle+lantern` with `drafter=true`; both from `lantern.FORMS`),
+`zipar+lantern` is `zipar+sjd+lantern`, and `sjd:acceptance=lantern` is `sjd+lantern`. `mc-sjd` is a
+method of its own (`MCSJD`: `sjd` with `coupling=true`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import checks
 from .ar import AR
-from .base import Sampler
+from .base import Part, Sampler
 from .eagle import Eagle
 from .eagle2 import Eagle2
-from .jacobi import AcceptanceRule, Exact
-from .lantern import Lantern
-from .options import MAX_SIZE, Option, options_of, parse_options
+from .jacobi import RuleSampler
+from .lantern import DRAFTER, FORMS, Form, Lantern, refusal
+from .mc_sjd import MCSJD
+from .options import Option, options_of, parse_options
 from .sjd import SJD
 from .sjd2 import SJD2
 from .sjd_pac import SJDPAC
@@ -49,7 +61,8 @@ def available() -> list[str]:
 
 
 def options(name: str) -> tuple[Option, ...]:
-    """The option schema of registered sampler `name` (empty when it takes none or has no schema)."""
+    """The option schema of sampler `name`, registered or a composite (empty when it takes none or has no
+    schema)."""
     return _entry(name).options or ()
 
 
@@ -91,136 +104,156 @@ def label(sampler: str | Sampler) -> str:
 
 
 def _entry(name: str) -> Entry:
-    if name not in _REGISTRY:
+    """The registered entry `name`, or the composite it names."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if "+" not in name:
         raise ValueError(f"unknown sampler {checks.shown(name)}; available: {', '.join(available())}")
-    return _REGISTRY[name]
+    return _composite(_chain(name))
+
+
+# -- composites: method[+verifier][+rule] ------------------------------------------------------------------
+METHODS: dict[str, type[Sampler]] = {
+    "ar": AR,
+    "sjd": SJD,
+    "mc-sjd": MCSJD,
+    "sjd-pac": SJDPAC,
+    "sjd2": SJD2,
+    "zipar": ZipAR,
+    "eagle": Eagle,
+    "eagle2": Eagle2,
+}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a `holder` keeps the part written after it: its field `field`, one of `parts` (by name)."""
+
+    holder: type[Part]
+    field: str
+    parts: Mapping[str, type[Part]]
+
+
+SLOTS = (
+    Slot(ZipAR, "verify", {"sjd": SJD}),  # the verifier: each row advances by a verified SJD window
+    Slot(RuleSampler, "acceptance", {"lantern": Lantern}),  # the acceptance rule of a verifying sampler
+)
+COMPOSITES = "a composite is method[+verifier][+rule], e.g. zipar+sjd+lantern"
+
+
+def _slot(holder: type[Part]) -> Slot | None:
+    return next((slot for slot in SLOTS if issubclass(holder, slot.holder)), None)
+
+
+def _chain(name: str) -> tuple[type[Part], ...]:
+    """The parts composite `name` writes, outermost first, each one that the part before it holds."""
+    first, *rest = name.split("+")
+    if first not in METHODS:
+        raise ValueError(
+            f"unknown sampler {checks.shown(name)}: no method {checks.shown(first)} ({COMPOSITES}); "
+            f"methods: {', '.join(METHODS)}"
+        )
+    chain, held = [METHODS[first]], first
+    for part in rest:
+        slot = _slot(chain[-1])
+        if slot is None or part not in slot.parts:
+            takes = " or ".join(f"+{fit}" for fit in slot.parts) if slot else "no part"
+            raise ValueError(
+                f"unknown sampler {checks.shown(name)}: {held} takes {takes} after it, not "
+                f"{checks.shown('+' + part)} ({COMPOSITES})"
+            )
+        chain.append(slot.parts[part])
+        held = part
+    return tuple(chain)
+
+
+def _schema(chain: Sequence[type[Part]]) -> tuple[Option, ...]:
+    """The options of every part of `chain`, in its order; no two parts may declare the same name."""
+    schema = tuple(option for part in chain for option in options_of(part))
+    names = [option.name for option in schema]
+    if len(set(names)) < len(names):
+        raise TypeError(f"the parts {[part.__name__ for part in chain]} declare an option twice: {names}")
+    return schema
+
+
+def compose(chain: Sequence[type[Part]], options: Mapping[str, Any]) -> Sampler:
+    """The sampler `chain` (outermost part first) builds: each part made from the `options` it declares,
+    holding the part after it in its slot (`zipar+sjd+lantern` is `ZipAR(verify=SJD(acceptance=Lantern()))`)."""
+    built: Any = None  # the method at the end: `_chain` starts every chain with one
+    for part in reversed(chain):
+        slot = _slot(part)
+        held = {} if built is None or slot is None else {slot.field: built}
+        own = {option.name: options[option.name] for option in options_of(part) if option.name in options}
+        built = part(**own, **held)
+    return built
+
+
+def _composite(chain: tuple[type[Part], ...]) -> Entry:
+    def build(**options: Any) -> Sampler:
+        return compose(chain, options)
+
+    return Entry(build, _schema(chain))
 
 
 # -- the built-in entries ----------------------------------------------------------------------------------
-ACCEPTANCE_RULES: dict[str, Callable[[], AcceptanceRule]] = {"exact": Exact, "lantern": Lantern}
+# `sjd:acceptance=lantern` is `sjd+lantern` at the rule's defaults: the parts each choice adds
+ACCEPTANCE_PARTS: dict[str, tuple[type[Part], ...]] = {"exact": (), "lantern": (Lantern,)}
 ACCEPTANCE = Option(
     "acceptance",
     str,
     "exact",
     "exact (lossless) or lantern (relaxed, its defaults)",
-    choices=tuple(ACCEPTANCE_RULES),
+    choices=tuple(ACCEPTANCE_PARTS),
 )
 
 
-def _split(options: dict[str, Any], part: type) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`options` as (those `part` declares, the rest)."""
-    own = {option.name for option in options_of(part)}
-    return {k: v for k, v in options.items() if k in own}, {k: v for k, v in options.items() if k not in own}
+def _accepting(chain: tuple[type[Part], ...]) -> Entry:
+    """`chain` with the `acceptance` option: `exact` builds it as it is, `lantern` with `+lantern`."""
+
+    def build(acceptance: str, **options: Any) -> Sampler:
+        return compose((*chain, *ACCEPTANCE_PARTS[acceptance]), options)
+
+    return Entry(build, (*_schema(chain), ACCEPTANCE))
 
 
-def _sjd(acceptance: str, **sjd: Any) -> SJD:
-    return SJD(acceptance=ACCEPTANCE_RULES[acceptance](), **sjd)
+def _form(name: str, form: Form) -> Entry:
+    """A paper name of LANTERN's rule (`lantern.FORMS`): its Jacobi form's canonical spec, or with
+    `drafter=true` its drafter form's. It takes the options of both (the parts they share first, the rule's;
+    its own `window` in place of the Jacobi form's), and refuses one the chosen form lacks away from its
+    default."""
+    jacobi, drafted = _chain(form.jacobi), _chain(form.drafted)
+    shared = [part for part in jacobi if part in drafted]
+    first = _schema(shared) + tuple(
+        form.window if form.window is not None and option.name == "window" else option
+        for option in _schema([part for part in jacobi if part not in shared])
+    )
+    seen = {option.name for option in first}
+    later = [
+        option
+        for option in _schema([part for part in drafted if part not in shared])
+        if option.name not in seen
+    ]
+    schema = (*first, DRAFTER, *later)
+
+    def build(drafter: bool, **options: Any) -> Sampler:
+        chain = drafted if drafter else jacobi
+        takes = {option.name for option in _schema(chain)}
+        for option in schema:  # `options` holds every option but `drafter`, each at its default if not given
+            value = options.get(option.name, option.default)
+            if option.name not in takes and option is not form.window and value != option.default:
+                raise ValueError(refusal(name, option.name, value, drafter))
+        kept = {key: value for key, value in options.items() if key in takes}
+        if form.window is not None and kept.get("window") is None:
+            kept.pop("window", None)  # none: the built method's own default
+        return compose(chain, kept)
+
+    return Entry(build, schema)
 
 
-def _mc_sjd(**options: Any) -> SJD:
-    return _sjd(coupling=True, **options)
-
-
-DRAFTER = Option(
-    "drafter",
-    bool,
-    False,
-    "propose with the pipeline's trained drafter (pipe.drafter) instead of Jacobi drafts",
+ALIASES = {"zipar+lantern": "zipar+sjd+lantern"}  # a registered paper name -> the composite it builds
+_REGISTRY.update(
+    {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
+    | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd")}
+    | {name: _form(name, form) for name, form in FORMS.items()}
+    | {name: _composite(_chain(spec)) for name, spec in ALIASES.items()}
 )
-_JACOBI_ONLY = ("init", "coupling")  # options of Jacobi drafts, which a drafter's proposals replace
-
-
-def _option(part: type, name: str) -> Option:
-    return next(option for option in options_of(part) if option.name == name)
-
-
-def _default(part: type, name: str) -> Any:
-    return _option(part, name).default
-
-
-def _drafter_form(name: str, options: dict[str, Any], jacobi: type, also: tuple[str, ...] = ()) -> None:
-    """Refuse Jacobi-draft options (and `also`) set away from their defaults together with `drafter=true`."""
-    for key in (*_JACOBI_ONLY, *also):
-        if key in options and options[key] != _default(jacobi, key):
-            raise ValueError(f"{key} applies to Jacobi drafts; {name} with drafter=true takes no {key}")
-
-
-_TREE_ONLY = tuple(option.name for option in options_of(Eagle2))
-
-
-def _lantern(drafter: bool = False, **options: Any) -> SJD | Eagle2:
-    """LANTERN's relaxed rule over SJD's Jacobi drafts, or with `drafter` over a drafter's dynamic tree (as
-    the paper, which drafts EAGLE-2's)."""
-    rule, rest = _split(options, Lantern)
-    tree, sjd = _split(rest, Eagle2)
-    if drafter:
-        _drafter_form("lantern", sjd, SJD, also=("window",))
-        return Eagle2(acceptance=Lantern(**rule), **tree)
-    for key in _TREE_ONLY:
-        if key in tree and tree[key] != _default(Eagle2, key):
-            raise ValueError(f"{key} shapes a drafter's tree; lantern takes it with drafter=true only")
-    return SJD(acceptance=Lantern(**rule), **sjd)
-
-
-LANTERN_PP_WINDOW = Option(
-    "window",
-    int,
-    None,
-    "inputs per forward, tree nodes included (none: sjd-pac's default, or eagle's with drafter=true)",
-    minimum=2,
-    maximum=MAX_SIZE,
-    none=True,
-)
-
-
-CHAIN = _option(Eagle, "chain")
-
-
-def _lantern_pp(
-    drafter: bool = False, window: int | None = None, chain: str = CHAIN.default, **options: Any
-) -> SJDPAC | Eagle:
-    """LANTERN++: LANTERN's rule on a static tree, over a drafter's proposals (`drafter`, on `eagle`'s tree
-    with its `chain`) or, training-free, over SJD-PAC's Jacobi drafts."""
-    rule, tree = _split(options, Lantern)
-    acceptance = Lantern(**rule)
-    if drafter:
-        _drafter_form("lantern++", tree, SJDPAC)
-        shape = {key: tree[key] for key in ("tree_width", "tree_depth")}
-        return Eagle(window=window or _default(Eagle, "window"), chain=chain, acceptance=acceptance, **shape)
-    if chain != CHAIN.default:
-        raise ValueError(
-            f"chain={chain} chooses what a drafter drafts; lantern++ takes it with drafter=true only"
-        )
-    return SJDPAC(window=window or _default(SJDPAC, "window"), acceptance=acceptance, **tree)
-
-
-def _zipar_sjd(**options: Any) -> ZipAR:
-    zipar, verify = _split(options, ZipAR)
-    return ZipAR(verify=_sjd(**verify), **zipar)
-
-
-def _zipar_lantern(**options: Any) -> ZipAR:
-    zipar, verify = _split(options, ZipAR)
-    return ZipAR(verify=_lantern(**verify), **zipar)
-
-
-register("ar", AR, ())
-register("sjd", _sjd, (*options_of(SJD), ACCEPTANCE))
-register("mc-sjd", _mc_sjd, (*options_of(SJD, frozenset({"coupling"})), ACCEPTANCE))
-register(
-    "lantern",
-    _lantern,
-    (*options_of(Lantern), *options_of(SJD), DRAFTER, *options_of(Eagle2)),
-)
-register("sjd-pac", SJDPAC, options_of(SJDPAC))
-register("eagle", Eagle, options_of(Eagle))
-register("eagle2", Eagle2, options_of(Eagle2))
-register(
-    "lantern++",
-    _lantern_pp,
-    (*options_of(Lantern), LANTERN_PP_WINDOW, *options_of(SJDPAC, frozenset({"window"})), DRAFTER, CHAIN),
-)
-register("sjd2", SJD2, options_of(SJD2))
-register("zipar", ZipAR, options_of(ZipAR))
-register("zipar+sjd", _zipar_sjd, (*options_of(ZipAR), *options_of(SJD), ACCEPTANCE))
-register("zipar+lantern", _zipar_lantern, (*options_of(ZipAR), *options_of(Lantern), *options_of(SJD)))

@@ -86,7 +86,7 @@ from .jacobi import (
     verify,
     verify_candidates,
 )
-from .options import MAX_SIZE, check_fits_grid, option
+from .options import MAX_SIZE, check_fits_grid, check_width, option
 
 
 def tree_nodes(width: int, depth: int) -> int:
@@ -143,15 +143,6 @@ class SJDPAC(TreeSampler):
     def stepper(self, decode: Decode) -> TreeStepper:
         self.check_grid(decode.session.grid, vocab_size=decode.session.vocab_size)
         return TreeStepper(self, decode)
-
-
-def check_width(width: int, vocab_size: int | None) -> None:
-    """Refuse more candidates per node than the vocabulary has codes (they are drawn without replacement)."""
-    if vocab_size is not None and width > vocab_size:
-        raise ValueError(
-            f"tree_width={width} is more than the {vocab_size} codes of this model's vocabulary; use "
-            f"tree_width <= {vocab_size}"
-        )
 
 
 def check_tree(width: int, depth: int, window: int) -> None:
