@@ -21,7 +21,7 @@ class Echo(Sampler):
 
     def run(self, decode):
         steps = -(-(decode.session.num_cells - 1) // self.per_step)
-        decode.run(_EchoStepper(decode, self.per_step), steps, exact=True)
+        decode.run(_EchoStepper(decode, self.per_step), steps, fixed_steps=True)
 
 
 class _EchoStepper(Stepper):

@@ -6,7 +6,7 @@ import torch
 from test_sjd2 import _with_noise_conditioning
 
 from arjet.samplers import SJD, SJD2, SJDPAC, ZipAR
-from arjet.samplers.decoding import CHECK_EVERY
+from arjet.samplers.decode import CHECK_EVERY
 from arjet.session import DecodingSession
 from arjet.session.capture import CAPTURED_SPAN_SIZES, compile_mode
 from arjet.testing import tiny_pipeline

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import SJD, SJD2, Sampler, ZipAR, decoding, get
+from arjet.samplers import SJD, SJD2, Sampler, ZipAR, decode, get
 from arjet.testing import tiny_drafter, tiny_pipeline
 
 from families import decoded_grids
@@ -101,8 +101,8 @@ def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, samp
         spy = counted(sampler)
         out = _decode(pipe, spy, grid)
         steps = _steps(out)  # forwards after each grid's prefill
-        assert sum(steps) > 2 * decoding.CHECK_EVERY
-        extra.append(spy.reads - sum(math.ceil(s / decoding.CHECK_EVERY) for s in steps))
+        assert sum(steps) > 2 * decode.CHECK_EVERY
+        extra.append(spy.reads - sum(math.ceil(s / decode.CHECK_EVERY) for s in steps))
     assert 0 <= extra[0] == extra[1] <= 8 * len(steps)
 
 
@@ -122,7 +122,7 @@ def test_sjd2_reads_the_device_once_every_few_steps(counted):
     spy = counted(SJD2(window=4))
     out = _decode(pipe, spy, grid)
     steps = max(s.forward_passes for s in out.stats) - 1
-    assert spy.reads <= math.ceil(steps / decoding.CHECK_EVERY) + 2
+    assert spy.reads <= math.ceil(steps / decode.CHECK_EVERY) + 2
 
 
 def test_the_counter_sees_a_host_read(counted):

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from arjet.samplers import SJD, Lantern, LogitsPolicy, ZipAR
+from arjet.samplers.decode import sample
 from arjet.samplers.jacobi import residual
 from arjet.samplers.lantern import neighbour_table
-from arjet.samplers.random import sample
 from arjet.testing import tiny_pipeline
 
 

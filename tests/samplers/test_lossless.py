@@ -27,8 +27,8 @@ from arjet.samplers import (
 )
 from arjet.samplers import eagle2 as eagle2_module
 from arjet.samplers import sjd as sjd_module
+from arjet.samplers.decode import sample as sampler_sample
 from arjet.samplers.jacobi import verify_candidates
-from arjet.samplers.random import sample as sampler_sample
 from arjet.samplers.sjd_pac import tree_nodes
 from arjet.testing import tiny_drafter, tiny_pipeline
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from arjet.samplers import LogitsPolicy, SamplingOptions, Temperature, TopK, TopP
-from arjet.samplers.random import ImageRandom, sample
+from arjet.samplers.decode import ImageRandom, sample
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, 3.0, 1.0]])
 

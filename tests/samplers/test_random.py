@@ -6,7 +6,7 @@ import torch
 from scipy import stats as scipy_stats
 
 from arjet.samplers import ImageRandom
-from arjet.samplers.random import KEY_LIMIT, image_keys, seed_keys
+from arjet.samplers.decode import KEY_LIMIT, image_keys, seed_keys
 
 
 def _streams(seeds):

@@ -49,7 +49,7 @@ from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, wide
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import DecodeStatus, Sampler, SamplingOptions
-from ..samplers.random import image_keys
+from ..samplers.decode import image_keys
 from ..session.capture import compile_mode
 from .admission import Estimate, Load, Throughput
 from .lanes import LaneGroup, buckets, check_lane_memory

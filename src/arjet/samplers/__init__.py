@@ -7,7 +7,8 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`,
 `mc_sjd.py`, `sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they
 share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the
-contract in `base.py` (what a sampler declares) and `decoding.py` (what `run(decode)` receives), options in
+contract in `base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
+streams, the trace and the loop), options in
 `options.py`, names in `registry.py` (composites `method[+verifier][+rule]` such as `zipar+sjd+lantern`,
 and the paper names that are aliases of one).
 """
@@ -16,15 +17,29 @@ from __future__ import annotations
 
 from .ar import AR
 from .base import Part, Sampler, requirements
-from .decoding import Decode, DecodeStats, DecodeStatus, DecodeTrace, Interrupted, Stepper, StopFlag
+from .decode import (
+    Decode,
+    DecodeStats,
+    DecodeStatus,
+    DecodeTrace,
+    ImageRandom,
+    Interrupted,
+    LogitsPolicy,
+    LogitsProcessor,
+    SamplingOptions,
+    Stepper,
+    StopFlag,
+    Temperature,
+    TopK,
+    TopP,
+    sample,
+)
 from .eagle import Eagle
 from .eagle2 import Eagle2
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
 from .mc_sjd import MCSJD
 from .options import MAX_SIZE, Option, option, options_of, parse_options
-from .policy import LogitsPolicy, LogitsProcessor, SamplingOptions, Temperature, TopK, TopP
-from .random import ImageRandom, sample
 from .registry import available, get, label, options, register
 from .sjd import SJD
 from .sjd2 import SJD2

@@ -19,8 +19,7 @@ from typing import ClassVar
 import torch
 
 from .base import Sampler
-from .decoding import Decode, Stepper
-from .random import sample
+from .decode import Decode, Stepper, sample
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,7 @@ class AR(Sampler):
     continuous: ClassVar[bool] = True
 
     def run(self, decode: Decode) -> None:
-        decode.run(self.stepper(decode), decode.session.num_cells - 1, exact=True)
+        decode.run(self.stepper(decode), decode.session.num_cells - 1, fixed_steps=True)
 
     def stepper(self, decode: Decode) -> ARStepper:
         return ARStepper(decode)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .options import check_options
 
 if TYPE_CHECKING:
-    from .decoding import Decode, Stepper
+    from .decode import Decode, Stepper
 
 
 class Part:

@@ -57,10 +57,9 @@ from typing import ClassVar
 import torch
 
 from ..session.drafting import DraftingCache
-from .decoding import Decode
+from .decode import Decode, sample
 from .jacobi import AcceptanceRule, Exact, JacobiOutcome
 from .options import MAX_SIZE, option
-from .random import sample
 from .sjd_pac import TreeSampler, TreeStepper
 
 CHAINS = ("drafter", "jacobi")

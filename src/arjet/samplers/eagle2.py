@@ -63,7 +63,7 @@ from typing import ClassVar
 import torch
 
 from ..session.drafting import DraftingCache
-from .decoding import Decode, Stepper
+from .decode import Decode, Stepper, sample
 from .jacobi import (
     AcceptanceRule,
     Exact,
@@ -75,7 +75,6 @@ from .jacobi import (
     verify_candidates,
 )
 from .options import check_width, option, step_bound
-from .random import sample
 
 CHILDREN = ("sample", "top")
 

@@ -54,8 +54,6 @@ A guess that is a uniform random code is declared with a uniform proposal (as SJ
 guess with a point mass: both are the true distribution the draft was drawn from, so verification stays
 exact, and a random draft of code `x` passes with probability `min(1, V * p(x))` instead of `p(x)`.
 
-`jacobi_step`, `conclude`, `refill` and `GuessesFreshSlots` are the steps' old entry points,
-kept (temporarily) until every step calls the pieces above inline.
 """
 
 from __future__ import annotations
@@ -67,10 +65,10 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import torch
 
 from .base import Part, Sampler
-from .random import sample
+from .decode import sample
 
 if TYPE_CHECKING:
-    from .decoding import Decode
+    from .decode import Decode
 
 
 INIT_SCHEMES = ("random", "repeat_horizontal", "repeat_vertical", "sample_horizontal", "sample_vertical")
@@ -497,64 +495,6 @@ def scatter_where(
     target[:, scratch] = -1 if target.dtype == torch.long else 0
 
 
-# -- temporary wrappers (the steps' old entry points; they go when the steps call the pieces inline) --------
-def jacobi_step(
-    p: torch.Tensor,
-    drafts: Drafts,
-    *,
-    valid: torch.Tensor,
-    rule: AcceptanceRule,
-    context: RuleContext,
-    uniforms: Uniforms,
-    coupling: bool,
-    carry_limit: torch.Tensor,
-) -> JacobiOutcome:
-    """One verify -> resample -> commit -> redraft step (temporary: the steps will call the pieces inline).
-
-    `p [..., L, V]` processed target per position; `drafts` `[..., S]` (S = L - 1); `valid [..., L]` bool:
-    `p` is a valid target at the position (drafts are verified while valid); `uniforms` `[..., L]` each;
-    `carry_limit [...]`: positions below it carry their sample into the next window."""
-    slots = p.shape[-2] - 1
-    verdict = verify(
-        p[..., :slots, :],
-        drafts,
-        usable=valid[..., :slots],
-        rule=rule,
-        context=context,
-        u_accept=uniforms.accept[..., :slots],
-    )
-    return conclude(
-        p,
-        drafts,
-        valid=valid,
-        verdict=verdict,
-        uniforms=uniforms,
-        coupling=coupling,
-        carry_limit=carry_limit,
-    )
-
-
-def conclude(
-    p: torch.Tensor,
-    drafts: Drafts,
-    *,
-    valid: torch.Tensor,
-    verdict: Verdict,
-    uniforms: Uniforms,
-    coupling: bool,
-    carry_limit: torch.Tensor,
-) -> JacobiOutcome:
-    """`resample`, then `redraft`; shapes as `jacobi_step`. (Temporary: the steps will call both inline.)"""
-    advanced, committed, codes = resample(p, drafts.codes, valid=valid, verdict=verdict, u_draw=uniforms.draw)
-    next_drafts, next_proposals, carried = redraft(
-        p, drafts, advanced=advanced, uniforms=uniforms, coupling=coupling, carry_limit=carry_limit
-    )
-    return JacobiOutcome(advanced, committed, codes, verdict.accepted, next_drafts, next_proposals, carried)
-
-
-refill = guess  # its old name (temporary)
-
-
 def guess_window(
     drafts: Drafts,
     start: torch.Tensor,
@@ -586,26 +526,3 @@ def guess_window(
         u=u,
         uniform=uniform,
     )
-
-
-class GuessesFreshSlots:
-    """(Temporary.) For a stepper with one window of Jacobi drafts per image (`drafts`, the next cell
-    `n [B]`, the latest argmax `top1`, `decode`, and a `sampler` with `init` and `acceptance` options, or a
-    `guess_scheme` of its own): initial guesses, with the proposals they were drawn from, for its `fresh
-    [B, S]` slots inside the image, drawn with the uniforms `u`."""
-
-    def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
-        guess_window(
-            self.drafts,
-            self.n,
-            self.decode,
-            scheme=self.guess_scheme(),
-            fresh=fresh,
-            top1=self.top1,
-            u=u,
-            uniform=self.sampler.acceptance.uniform_guesses,
-        )
-
-    def guess_scheme(self) -> str:
-        """How new draft slots are guessed: the sampler's `init`."""
-        return self.sampler.init

@@ -47,7 +47,7 @@ from typing import ClassVar
 
 import torch
 
-from .decoding import Decode, Stepper
+from .decode import Decode, Stepper, sample
 from .jacobi import (
     INIT_SCHEMES,
     AcceptanceRule,
@@ -64,7 +64,6 @@ from .jacobi import (
     verify,
 )
 from .options import MAX_SIZE, check_fits_grid, option
-from .random import sample
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class SJD(RuleSampler):
         super().check_grid(grid, max_window, vocab_size=vocab_size)
 
     def run(self, decode: Decode) -> None:
-        decode.run(self.stepper(decode), decode.session.num_cells - 1, exact=self.window == 1)
+        decode.run(self.stepper(decode), decode.session.num_cells - 1, fixed_steps=self.window == 1)
 
     def stepper(self, decode: Decode) -> WindowStepper:
         return WindowStepper(self, decode)

@@ -67,7 +67,7 @@ from typing import ClassVar
 import torch
 
 from .base import Sampler
-from .decoding import Decode, Stepper
+from .decode import Decode, Stepper
 from .jacobi import (
     Drafts,
     Exact,

@@ -66,7 +66,7 @@ from typing import ClassVar
 
 import torch
 
-from .decoding import Decode, Stepper
+from .decode import Decode, Stepper
 from .jacobi import (
     INIT_SCHEMES,
     AcceptanceRule,

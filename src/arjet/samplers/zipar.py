@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Sampler
-from .decoding import Decode, Stepper
+from .decode import Decode, Stepper
 from .jacobi import (
     Drafts,
     RuleContext,
@@ -157,9 +157,9 @@ class ZipAR(Sampler):
         rows = Rows.from_grid(session.grid, self.lags(session.grid))
         verify = self.verify or SJD(window=1)  # plain ZipAR: one code per row per forward, no drafts
         stepper = RowStepper(rows, verify, decode)
-        exact = verify.window == 1
-        max_steps = rows.steps_one_cell_each() if exact else session.num_cells - 1
-        decode.run(stepper, max_steps, exact=exact)
+        one_cell_each = verify.window == 1
+        max_steps = rows.steps_one_cell_each() if one_cell_each else session.num_cells - 1
+        decode.run(stepper, max_steps, fixed_steps=one_cell_each)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import checks
 from ..engine import Cancelled, DecodeFailed, Engine, EngineResult, EngineStopped, QueueFull
-from ..samplers.random import KEY_LIMIT
+from ..limits import KEY_LIMIT
 
 logger = logging.getLogger(__name__)
 OPENAI_FIELDS = {"model", "prompt", "n", "size", "response_format", "user"}
