@@ -4,13 +4,12 @@
 init=repeat_vertical")` passes options, typed and range-checked by the sampler's own declarations
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
-Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`,
-`mc_sjd.py`, `sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they
-share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the
-contract in `base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
-streams, the trace and the loop), options in
-`options.py`, names in `registry.py` (composites `method[+verifier][+rule]` such as `zipar+sjd+lantern`,
-and the paper names that are aliases of one).
+Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they share in
+`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
+`base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
+streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
+`method[+verifier][+rule]` such as `zipar+sjd+lantern`, and the paper names that are aliases of one).
 """
 
 from __future__ import annotations
