@@ -2,7 +2,9 @@
 
 import pytest
 
-from arjet.app.request import MAX_PROMPT_CHARS, make_request, sampler_spec
+from arjet.app.request import make_request, sampler_spec
+from arjet.limits import DEMO_LIMITS
+from arjet.samplers import SamplingOptions
 
 GOOD = dict(
     prompt="a red circle", sampler="sjd", options="", seed=0, guidance_scale=3.0, temperature=1.0, top_k=0
@@ -15,9 +17,9 @@ def _request(**changes):
 
 def test_a_good_request_becomes_pipeline_arguments():
     request = _request(options="window=8, init=random", seed=7.0, top_k=16)
-    assert request.sampler == "sjd:window=8,init=random"
-    assert request.pipeline_kwargs() == dict(seed=7, guidance_scale=3.0, temperature=1.0, top_k=16)
-    assert _request().pipeline_kwargs()["top_k"] is None
+    assert request.sampler == "sjd:window=8,init=random" and request.seed == 7
+    assert request.sampling == SamplingOptions(guidance_scale=3.0, temperature=1.0, top_k=16)
+    assert _request().sampling.top_k is None  # 0: the model's default
 
 
 def test_sampler_spec_ignores_blank_options():
@@ -30,7 +32,7 @@ def test_sampler_spec_ignores_blank_options():
     [
         (dict(prompt="   "), "prompt is empty"),
         (dict(prompt=None), "prompt is empty"),
-        (dict(prompt="x" * (MAX_PROMPT_CHARS + 1)), f"at most {MAX_PROMPT_CHARS}"),
+        (dict(prompt="x" * (DEMO_LIMITS.max_prompt_chars + 1)), f"at most {DEMO_LIMITS.max_prompt_chars}"),
         (dict(sampler="fast"), "Unknown sampler 'fast'"),
         (dict(options="window"), "Bad sampler options 'window'"),
         (dict(options="speed=3"), "Bad sampler options 'speed=3'"),

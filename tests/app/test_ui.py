@@ -106,7 +106,7 @@ def test_api_fields_of_the_wrong_type_are_named(client, arguments, message):
 
 
 def test_the_sliders_range_is_the_demos_limit():
-    from arjet.app.request import LIMITS
+    from arjet.app.request import DEMO_SAMPLING_RANGES
     from arjet.app.ui import build_demo
 
     demo = build_demo({"shapes": "shapes"})
@@ -114,8 +114,10 @@ def test_the_sliders_range_is_the_demos_limit():
     assert (
         sliders["Temperature (0 = greedy)"].minimum,
         sliders["Temperature (0 = greedy)"].maximum,
-    ) == LIMITS["temperature"]
-    assert (sliders["CFG scale"].minimum, sliders["CFG scale"].maximum) == LIMITS["guidance_scale"]
+    ) == DEMO_SAMPLING_RANGES["temperature"]
+    assert (sliders["CFG scale"].minimum, sliders["CFG scale"].maximum) == DEMO_SAMPLING_RANGES[
+        "guidance_scale"
+    ]
 
 
 def test_a_request_the_engine_expects_to_finish_too_late_gets_a_clear_message(monkeypatch):

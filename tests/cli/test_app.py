@@ -2,11 +2,13 @@
 find empty port" after some fifteen seconds of Gradio's tries)."""
 
 import socket
+from dataclasses import replace
 
 import pytest
 
 from arjet.app import ui
 from arjet.cli import main
+from arjet.limits import DEMO_ENGINE
 
 
 @pytest.fixture
@@ -69,6 +71,23 @@ def test_every_engine_is_warmed_up_before_the_demo_listens(monkeypatch):
     monkeypatch.setattr(ui, "serve", lambda demo, host, port: events.append(("serve", port)))
     assert main(["app", "--model", "shapes", "--device", "cpu", "--port", str(_free_port())]) == 0
     assert [event[0] for event in events] == ["warm", "serve"] and events[0][1] == "sjd"
+
+
+def test_each_models_engine_is_derived_from_the_demos_settings(monkeypatch):
+    """`--lanes` visitors at once: each model's engine has room for a comparison's two images of each, a
+    queue of four per visitor, and no time limit of its own (each request carries the page's)."""
+    from arjet.engine import Engine
+
+    configs = []
+    monkeypatch.setattr(Engine, "warm_up", lambda self, sampler, **k: configs.append(self.config))
+    monkeypatch.setattr(ui, "serve", lambda demo, host, port: None)
+    argv = ["app", "--model", "shapes", "--device", "cpu", "--port", str(_free_port())]
+    assert main(argv) == 0 and main([*argv, "--lanes", "3", "--time-limit", "5"]) == 0
+    lanes = DEMO_ENGINE.lanes
+    assert configs == [
+        replace(DEMO_ENGINE, lanes=2 * lanes, max_queue=4 * lanes, time_limit=None),
+        replace(DEMO_ENGINE, lanes=6, max_queue=12, time_limit=None),
+    ]
 
 
 def _free_port() -> int:

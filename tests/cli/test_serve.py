@@ -1,6 +1,8 @@
 """`arjet serve`: the API key from the environment or a file (`--api-key` still works, with a warning that
 `ps` shows it), checked before any model loads; the engines warmed up before the server listens."""
 
+from dataclasses import replace
+
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -9,6 +11,7 @@ from arjet import builtin
 from arjet.cli import main
 from arjet.cli.serve import API_KEY_VARIABLE
 from arjet.engine import Engine
+from arjet.limits import SERVE_ENGINE
 from arjet.testing import tiny_pipeline
 
 from ports import free_port
@@ -69,6 +72,13 @@ def test_a_key_on_the_command_line_works_with_a_warning(started, capsys):
 def test_no_key_leaves_the_routes_open(started):
     assert _serve() == 0
     assert _authorised(started[-1], None) == 200
+
+
+def test_each_engine_takes_on_the_servers_defaults_and_what_the_command_line_sets(started, monkeypatch):
+    configs = []
+    monkeypatch.setattr(Engine, "warm_up", lambda self, *a, **k: configs.append(self.config))
+    assert _serve() == 0 and _serve("--lanes", "3", "--max-queue", "5", "--compile", "inductor") == 0
+    assert configs == [SERVE_ENGINE, replace(SERVE_ENGINE, lanes=3, max_queue=5, compile="inductor")]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from arjet.eval import runner
 from arjet.eval.runner import run_eval
 from arjet.eval.scoring import MetricOptions, load_images
 from arjet.eval.settings import CONFIG_FILE, EvalSettings
+from arjet.samplers import SamplingOptions
 from arjet.testing import tiny_pipeline
 
 from .test_images import png_claiming
@@ -77,14 +78,25 @@ def test_a_failed_start_writes_nothing_and_the_corrected_command_runs(
 def test_run_eval_checks_its_settings_before_config_json(model, tmp_path):
     out = tmp_path / "api"
     for settings, message in [
-        (_settings(model, top_k=0), "top_k must be a positive integer"),
-        (_settings(model, guidance_scale=float("inf")), "guidance_scale must be a finite number"),
+        # fine alone, not with the model's guidance scale (5): found with the model loaded
+        (_settings(model, sampling=SamplingOptions(temperature=1e-30)), "with guidance_scale=5.0 scales"),
         (_settings(model, samplers=["sjd:window=10000"]), "window=10000 is larger than"),
         (_settings(model, width=7), "makes 8x8 images only"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_eval(settings, PROMPTS, out, MetricOptions(None, None), progress=False)
         assert not (out / CONFIG_FILE).exists()
+
+
+def test_settings_carry_their_sampling_options_whole(tmp_path):
+    with pytest.raises(
+        ValueError, match="sampling must be an arjet.samplers.SamplingOptions, got {'top_k': 0}"
+    ):
+        _settings(tmp_path, sampling={"top_k": 0})
+    settings = _settings(tmp_path, sampling=SamplingOptions(guidance_scale=2.0, top_k=3))
+    assert settings.call_kwargs() == dict(
+        height=None, width=None, compile=False, guidance_scale=2.0, temperature=1.0, top_k=3, top_p=None
+    )
 
 
 def test_an_existing_folder_that_is_not_a_run_is_refused(model, tmp_path, capsys):
@@ -305,6 +317,47 @@ def test_a_run_made_before_a_setting_existed_resumes_with_its_default(model, fin
     calls = []
     monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
     assert main(args(model, out)) == 0 and not calls
+
+
+# config.json as the first layout (version 1) has it, the sampling options as four keys of their own
+V1_KEYS = [
+    "model", "samplers", "prompts", "n", "seeds", "prompts_sha1", "height", "width",
+    "guidance_scale", "temperature", "top_k", "top_p", "dtype", "compile", "version",
+]  # fmt: skip
+
+
+def test_config_json_keeps_the_first_layout_and_such_a_run_resumes(
+    model, finished, tmp_path, monkeypatch, capsys
+):
+    """A run folder written before the settings carried `SamplingOptions` whole (its config.json written
+    by hand here, key by key) resumes without an image made again; another temperature is another run."""
+    out = _copy(finished, tmp_path)
+    written = json.loads((out / CONFIG_FILE).read_text())
+    assert list(written) == V1_KEYS and written["version"] == 1
+    flat = {
+        "model": written["model"],
+        "samplers": ["ar", "zipar"],
+        "prompts": written["prompts"],
+        "n": 2,
+        "seeds": [0],
+        "prompts_sha1": written["prompts_sha1"],
+        "height": None,
+        "width": None,
+        "guidance_scale": None,
+        "temperature": 1.0,
+        "top_k": None,
+        "top_p": None,
+        "dtype": None,
+        "compile": False,
+        "version": 1,
+    }
+    (out / CONFIG_FILE).write_text(json.dumps(flat, indent=2) + "\n")
+    calls = []
+    monkeypatch.setattr(runner._Worker, "_generate", lambda self, *a: calls.append(a))
+    assert main(args(model, out)) == 0 and not calls
+    (out / CONFIG_FILE).write_text(json.dumps({**flat, "temperature": 0.5}))
+    assert main(args(model, out)) == 2
+    assert "different settings (temperature: 0.5 there, 1.0 now)" in capsys.readouterr().err
 
 
 def test_a_drafters_forward_passes_are_recorded_and_reported(tmp_path):

@@ -130,7 +130,17 @@ def test_models_health_and_sizes(pipe):
             "temperature",
         ),
         ({"prompt": "a", "size": "7x7"}, "7", None),
-        ({"prompt": "a", "temperature": -1.0}, "temperature", None),  # the engine checks the range
+        # the sampling options' own checks, each naming its field
+        ({"prompt": "a", "temperature": -1.0}, "temperature must be a finite number >= 0", "temperature"),
+        ({"prompt": "a", "temperature": None}, "temperature must be a finite number >= 0", "temperature"),
+        ({"prompt": "a", "top_k": 0}, "top_k must be a positive integer, got 0", "top_k"),
+        ({"prompt": "a", "top_p": 1.5}, "top_p must be in (0, 1], got 1.5", "top_p"),
+        ({"prompt": "a", "guidance_scale": 1e31}, "guidance_scale=1e+31 scales the logits", "guidance_scale"),
+        (  # each fine alone, not together
+            {"prompt": "a", "guidance_scale": 1e20, "temperature": 1e-20},
+            "temperature=1e-20 with guidance_scale=1e+20 scales the logits",
+            "temperature",
+        ),
         # a field of the wrong type is named, whatever the field
         ({"prompt": "a", "model": ["tiny"]}, "unknown model ['tiny']", "model"),
         ({"prompt": "a", "model": {"x": 1}}, "unknown model {'x': 1}", "model"),

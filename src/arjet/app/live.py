@@ -21,6 +21,7 @@ import torch
 
 from ..engine import Cancelled, Engine, EngineResult
 from ..pipelines.base import ARPipelineOutput
+from ..samplers import SamplingOptions
 
 
 class TimeBudgetExceeded(RuntimeError):
@@ -43,12 +44,14 @@ def stream_decode(
     samplers: Sequence[Any],
     min_interval: float = 0.2,
     *,
+    seed: int | None = None,
+    sampling: SamplingOptions | None = None,
     time_limit: float | None = None,
-    **kwargs: Any,
 ) -> Iterator[list[Frame | None]]:
-    """Frames of `prompt` decoded by each of `samplers` at once in `engine` (the same seed and options, as
-    `Engine.submit` takes them): every update is a list with the newest frame of each image (None before
-    its first), the last one with every output."""
+    """Frames of `prompt` decoded by each of `samplers` at once in `engine`, all with the same `seed` and
+    `sampling` (None: the model's defaults) and `time_limit` (as `Engine.submit` takes them): every update
+    is a list with the newest frame of each image (None before its first), the last one with every
+    output."""
     updates: queue.Queue = queue.Queue()
     requests = []
     try:
@@ -56,9 +59,10 @@ def stream_decode(
             request = engine.submit(
                 prompt,
                 sampler=sampler,
+                seed=seed,
+                sampling=sampling,
                 time_limit=time_limit,
                 on_step=lambda codes, index=index: updates.put((index, codes)),
-                **kwargs,
             )
             request.future.add_done_callback(lambda _, index=index: updates.put((index, None)))
             requests.append(request)

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import checks, samplers
+from ..limits import DEMO_LIMITS
 
-MAX_PROMPT_CHARS = 300
 MAX_OPTIONS_CHARS = 200
 MAX_SEED = 2**31 - 1
-LIMITS = {"guidance_scale": (0.0, 20.0), "temperature": (0.0, 5.0), "top_k": (0, 1_000_000)}
+# the page's sliders and fields: the sampling numbers a visitor may pick (top-k 0: the model's default)
+DEMO_SAMPLING_RANGES = {"guidance_scale": (0.0, 20.0), "temperature": (0.0, 5.0), "top_k": (0, 1_000_000)}
 # the largest value of each size option a visitor may pick (windows, lags, neighbours, levels)
-MAX_OPTION_VALUES = {"window": 64, "w": 64, "k": 64, "top": 16, "levels": 16}
+MAX_OPTION_VALUES = {"window": DEMO_LIMITS.max_window, "w": 64, "k": 64, "top": 16, "levels": 16}
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,6 @@ class DecodeRequest:
     sampler: str
     seed: int
     sampling: samplers.SamplingOptions  # the page sets guidance, temperature and top-k (None: the model's)
-
-    def pipeline_kwargs(self) -> dict[str, Any]:
-        options = self.sampling
-        return dict(
-            seed=self.seed,
-            guidance_scale=options.guidance_scale,
-            temperature=options.temperature,
-            top_k=options.top_k,
-        )
 
 
 def sampler_spec(name: str, options: str) -> str:
@@ -55,7 +47,7 @@ def make_request(
     guidance_scale: Any,
     temperature: Any,
     top_k: Any,
-    max_prompt_chars: int = MAX_PROMPT_CHARS,
+    max_prompt_chars: int = DEMO_LIMITS.max_prompt_chars,
 ) -> DecodeRequest:
     """A checked request; raises ValueError naming the bad value and what is allowed."""
     if prompt is not None and not isinstance(prompt, str):
@@ -84,10 +76,10 @@ def make_request(
         raise ValueError(f"Bad sampler options {options!r}: {error}") from None
     seed = _integer("seed", seed, 0, MAX_SEED)
     values = {
-        name: _number(name, value, *LIMITS[name])
+        name: _number(name, value, *DEMO_SAMPLING_RANGES[name])
         for name, value in (("guidance_scale", guidance_scale), ("temperature", temperature))
     }
-    top_k = _integer("top_k", top_k, *LIMITS["top_k"])  # 0: the model's default
+    top_k = _integer("top_k", top_k, *DEMO_SAMPLING_RANGES["top_k"])  # 0: the model's default
     return DecodeRequest(prompt.strip(), spec, seed, samplers.SamplingOptions(top_k=top_k or None, **values))
 
 

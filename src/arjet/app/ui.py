@@ -25,20 +25,19 @@ from typing import Any
 import gradio as gr
 import PIL.Image
 
-from .. import checks, samplers
+from .. import samplers
 from ..builtin import available_models, load_model
 from ..engine import Engine, Overloaded, QueueFull
-from ..limits import DEMO_LIMITS
+from ..limits import DEMO_ENGINE, DEMO_LIMITS, EngineConfig
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
 from ..reports.plots import commit_step_maps
 from ..reports.tables import markdown_table, number, ratio
 from .live import TimeBudgetExceeded, stream_decode
-from .request import LIMITS, MAX_PROMPT_CHARS, DecodeRequest, make_request
+from .request import DEMO_SAMPLING_RANGES, DecodeRequest, make_request
 
 logger = logging.getLogger(__name__)
 DISPLAY_SIZE = 320
-TIME_LIMIT = 60.0  # seconds of decoding per request
 MAX_UPLOAD_BYTES = 0  # the page takes no files; Gradio's upload route refuses any non-empty one
 EXAMPLES = [
     "a red circle left of a blue square",
@@ -48,20 +47,21 @@ EXAMPLES = [
 
 
 class ModelShelf:
-    """The pipelines the operator offered at launch, each loaded on first use with its engine, and kept."""
+    """The pipelines the operator offered at launch, each loaded on first use with its engine, and kept;
+    `config`: the demo's (each model's engine is `model_engine(config)`)."""
 
     def __init__(
         self,
         models: Mapping[str, str],
         device: str | None = None,
-        lanes: int = 4,
+        config: EngineConfig = DEMO_ENGINE,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not models:
             raise ValueError("the demo needs at least one model")
         self.sources = dict(models)
         self.device = device
-        self.lanes = lanes
+        self.config = model_engine(config)
         self.clock = clock
         self._loaded: dict[str, Any] = {}
         self._engines: dict[str, Engine] = {}
@@ -79,13 +79,11 @@ class ModelShelf:
             return self._loaded[label]
 
     def engine(self, label: str) -> Engine:
-        """The model's engine (a comparison puts two images of each visitor in it: room for both)."""
+        """The model's engine (`model_engine`'s settings)."""
         pipe = self.get(label)
         with self._lock:
             if label not in self._engines:
-                self._engines[label] = Engine(
-                    pipe, lanes=2 * self.lanes, max_queue=4 * self.lanes, clock=self.clock
-                ).start()
+                self._engines[label] = Engine(pipe, self.config, clock=self.clock).start()
             return self._engines[label]
 
     def warm_up(self) -> None:
@@ -102,6 +100,13 @@ class ModelShelf:
             engine.close()
 
 
+def model_engine(config: EngineConfig) -> EngineConfig:
+    """The engine of each model in a demo of `config` (`config.lanes` visitors served at once): a comparison
+    puts two images of each visitor in it, so twice the lanes, and a queue of four per visitor; no time
+    limit of its own, as every request carries the page's (`Budget`)."""
+    return replace(config, lanes=2 * config.lanes, max_queue=4 * config.lanes, time_limit=None)
+
+
 def default_models() -> dict[str, str]:
     return {name: name for name in available_models()}
 
@@ -109,20 +114,22 @@ def default_models() -> dict[str, str]:
 def build_demo(
     models: Mapping[str, str] | None = None,
     device: str | None = None,
-    max_prompt_chars: int = MAX_PROMPT_CHARS,
-    max_queue: int = 16,
-    time_limit: float | None = TIME_LIMIT,
+    config: EngineConfig | None = None,
+    *,
+    max_prompt_chars: int = DEMO_LIMITS.max_prompt_chars,
     clock: Callable[[], float] = time.monotonic,
-    lanes: int = 4,
+    **overrides: Any,
 ) -> gr.Blocks:
-    """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins).
-    `lanes`: visitors served at once (their images share each model's engine); `max_queue`: visitors who
-    may wait beyond them; `time_limit`: seconds an image may take from its request before it is stopped
-    (None: no limit), measured with `clock`."""
-    checks.integer("lanes", lanes, 1)
-    shelf = ModelShelf(models or default_models(), device, lanes, clock)
+    """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins),
+    taking on what `config` says (default `DEMO_ENGINE`; `overrides`: any of its fields by name):
+    `lanes` visitors served at once (their images share each model's engine, `model_engine`), `max_queue`
+    visitors who may wait beyond them, `time_limit` seconds an image may take from its request before it
+    is stopped (None: no limit), measured with `clock`."""
+    config = replace(config or DEMO_ENGINE, **overrides)
+    lanes = config.lanes
+    shelf = ModelShelf(models or default_models(), device, config, clock)
     names = samplers.available()
-    budget = Budget(time_limit)
+    budget = Budget(config.time_limit)
 
     decode, compare = (_handler(shelf, with_ar, max_prompt_chars, budget) for with_ar in (False, True))
 
@@ -144,10 +151,15 @@ def build_demo(
                 with gr.Row():
                     # no `precision`: Gradio would round 1.5 to 2; `make_request` refuses what is not whole
                     seed = gr.Number(value=0, label="Seed", minimum=0, step=1)
-                    guidance = gr.Slider(*LIMITS["guidance_scale"], value=3.0, step=0.5, label="CFG scale")
+                    guidance = gr.Slider(
+                        *DEMO_SAMPLING_RANGES["guidance_scale"], value=3.0, step=0.5, label="CFG scale"
+                    )
                 with gr.Row():
                     temperature = gr.Slider(
-                        *LIMITS["temperature"], value=1.0, step=0.05, label="Temperature (0 = greedy)"
+                        *DEMO_SAMPLING_RANGES["temperature"],
+                        value=1.0,
+                        step=0.05,
+                        label="Temperature (0 = greedy)",
                     )
                     top_k = gr.Number(value=0, label="Top-k (0 = model default)", minimum=0, step=1)
                 with gr.Row():
@@ -189,7 +201,7 @@ def build_demo(
                 concurrency_id="decode",
                 preprocess=False,
             )
-    demo.queue(max_size=max_queue, default_concurrency_limit=lanes)
+    demo.queue(max_size=config.max_queue, default_concurrency_limit=lanes)
     demo.shelf = shelf  # the engines, for whoever closes the demo
     return demo
 
@@ -344,7 +356,14 @@ def _unknown_words_notice(pipe, prompt: str) -> str:
 
 
 def _frames(engine: Engine, request: DecodeRequest, runs: list[str], budget: Budget):
-    return stream_decode(engine, request.prompt, runs, time_limit=budget.seconds, **request.pipeline_kwargs())
+    return stream_decode(
+        engine,
+        request.prompt,
+        runs,
+        seed=request.seed,
+        sampling=request.sampling,
+        time_limit=budget.seconds,
+    )
 
 
 def _enlarge(image: PIL.Image.Image) -> PIL.Image.Image:

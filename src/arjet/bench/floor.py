@@ -75,7 +75,9 @@ def average_kv_tokens(pipe, prompt: str, call_kwargs: dict[str, Any]) -> float:
     its decode: every visible prompt token plus half the image body (codes and row-end tokens; a preview
     grid decoded first counts in the body)."""
     call = pipe.check_inputs(prompt, **call_kwargs)
-    prefix = pipe.encode_prompts(call.prompts, call.negative_prompts, call.grid, call.guidance_scale != 1)
+    prefix = pipe.encode_prompts(
+        call.prompts, call.negative_prompts, call.grid, call.sampling.guidance_scale != 1
+    )
     rows = prefix.ids.shape[0]
     preview = pipe.preview_grid(call.grid)
     grids = [call.grid] if preview is None else [preview, call.grid]

@@ -21,6 +21,7 @@ import torch
 
 from .. import checks, machine
 from ..engine import ADAPTIVE, Engine
+from ..limits import EngineConfig
 from ..reports.tables import markdown_table, number, ratio, significant
 from .speed import load_warning
 
@@ -127,7 +128,8 @@ def run_throughput(
 
 
 def _measure(pipe, spec, prompts, concurrency, seed, compile, call_kwargs) -> ThroughputRow:
-    with Engine(pipe, lanes=concurrency, max_queue=max(concurrency, 1), compile=compile) as engine:
+    config = EngineConfig(lanes=concurrency, max_queue=concurrency, compile=compile)
+    with Engine(pipe, config) as engine:
         engine.generate(prompts[:1] * concurrency, seed=seed, sampler=spec, **call_kwargs)  # warm-up
         before = engine.stats.snapshot()
         latencies: list[float] = []

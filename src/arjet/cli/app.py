@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..limits import DEMO_ENGINE
 from .options import (
     add_command,
     add_device_argument,
@@ -11,6 +12,7 @@ from .options import (
     add_threads_argument,
     check_listen_address,
     model_choices,
+    server_engine,
 )
 from .threads import apply_threads
 
@@ -33,9 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         port=7860,
         models="built-in name or local checkpoint folder offered in the page; repeat for several "
         "(default: every built-in model)",
-        lanes=(4, "visitors served at once, their images decoding side by side"),
-        max_queue=(16, "requests waiting beyond this are refused"),
-        time_limit=(60.0, "seconds an image may take from its request; a longer one is stopped"),
+        defaults=DEMO_ENGINE,
+        helps={
+            "lanes": "visitors served at once, their images decoding side by side",
+            "max_queue": "requests waiting beyond this are refused",
+            "time_limit": "seconds an image may take from its request; a longer one is stopped",
+        },
     )
     add_device_argument(parser)
     add_threads_argument(parser)
@@ -51,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     apply_threads(args)
     device = args.device or default_device()
-    demo = build_demo(
-        choices, device=device, max_queue=args.max_queue, time_limit=args.time_limit, lanes=args.lanes
-    )
+    demo = build_demo(choices, device=device, config=server_engine(args, DEMO_ENGINE))
     try:
         demo.shelf.warm_up()  # a model that does not load is refused here, before listening
         serve(demo, args.host, args.port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from typing import TYPE_CHECKING, Any
 
 from .. import checks
 from ..limits import DEFAULT_LIMITS
@@ -22,8 +23,11 @@ from .options import (
     json_text,
     load_pipeline,
     parse_specs,
-    sampling_kwargs,
+    sampling_options,
 )
+
+if TYPE_CHECKING:
+    from ..samplers import SamplingOptions
 
 DESCRIPTION = """Time samplers side by side: forward passes, step compression, seconds and latency speedup
 against `ar`, accepted codes per step, peak memory, and each forward's time against the bandwidth floor.
@@ -168,23 +172,22 @@ def run(args: argparse.Namespace) -> int:
     plot = checks.output_file("--plot", args.plot, suffixes=(".png",)) if args.plot is not None else None
     specs = parse_specs(args.samplers, modes=("adaptive",) if throughput else ())  # checks every spec
     specs = ["ar", *[spec for spec in specs if spec != "ar"]]  # the baseline of every ratio
-    sampling = sampling_kwargs(args)  # checked here, before any model loads
+    sampling = sampling_options(args)  # checked here, before any model loads
     compile = compile_argument(args)
     prompts = load_prompts(args.prompts or "shapes", args.n, args.data_dir, data_dir_option="--data-dir")
     if arch is None:
         check_model_arguments(args)
 
     # 2. the model, then the bench
-    call = {**sampling, "height": args.height, "width": args.width, "compile": compile}
-    call = {key: value for key, value in call.items() if value is not None}
-    if throughput:
-        return _throughput(args, arch, specs, prompts, call, path, plot, print_json)
-    call["batch_size"] = args.batch_size
+    size = {"height": args.height, "width": args.width, "compile": compile}
+    if throughput:  # as the engine takes them: a temperature left out is 1
+        return _throughput(args, arch, specs, prompts, _call(sampling, **size), path, plot, print_json)
+    pipe = load_pipeline(args) if arch is None else _random_pipeline(args, arch)
+    # as `pipe(...)` resolves them: a temperature left out is the model's
+    call = _call(sampling_options(args, pipe.sampling_defaults()), batch_size=args.batch_size, **size)
     if arch is None:
-        pipe = load_pipeline(args)
         result = run_bench(pipe, specs, prompts, seed=args.seed, progress=not print_json, **call)
     else:
-        pipe = _random_pipeline(args, arch)
         _note_unknown_words(pipe, prompts)
         with warnings.catch_warnings():  # noted once above: words do not change a random model's cost
             warnings.filterwarnings("ignore", message=r"prompt .*the text tokenizer does not know")
@@ -202,6 +205,11 @@ def run(args: argparse.Namespace) -> int:
     for message in result.warnings:
         warnings.warn(message, stacklevel=1)
     return 0
+
+
+def _call(sampling: SamplingOptions, **more: Any) -> dict[str, Any]:
+    """The keyword arguments of every call: the sampling options and `more`, those that are set."""
+    return {key: value for key, value in {**sampling.kwargs(), **more}.items() if value is not None}
 
 
 def _print_table(result, prompts: list[str], specs: list[str], arch: str | None, path) -> None:

@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         width=args.width,
         dtype=args.dtype,
         compile=compile,
-        **sampling.kwargs(),
+        sampling=sampling,
     )
     options = MetricOptions(
         fid_features=_optional(args.fid_features),

@@ -19,7 +19,7 @@ from .options import (
     compile_argument,
     json_text,
     load_pipeline,
-    sampling_kwargs,
+    sampling_options,
 )
 
 DESCRIPTION = """Generate images for one prompt and save them (several images as one grid).
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             f"the prompt has {len(args.prompt)} characters, more than {DEFAULT_LIMITS.max_prompt_chars}"
         )
     samplers.get(args.sampler)  # the spec itself goes to the pipeline, so the stats name it in full
-    sampling = sampling_kwargs(args)  # checked here, before any model loads
+    sampling_options(args)  # checked here, before any model loads
     checks.seed("--seed", args.seed, args.num_images)
     path = checks.output_file("--out", args.out, image=True)
     compile = compile_argument(args)
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. the model, the images
     pipe = load_pipeline(args)
+    sampling = sampling_options(args, pipe.sampling_defaults())
     out = pipe(
         args.prompt,
         sampler=args.sampler,
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         height=args.height,
         width=args.width,
         compile=compile,
-        **sampling,
+        **sampling.kwargs(),
     )
     (out.images[0] if len(out.images) == 1 else image_grid(out.images)).save(path)
 

@@ -16,13 +16,18 @@ import argparse
 import json
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import checks
+from ..limits import MAX_LANES, MAX_QUEUE, MAX_THREADS, EngineConfig
 from ..pipelines.loading import DTYPES
 from . import types
 from .threads import apply_threads
+
+if TYPE_CHECKING:
+    from ..samplers import SamplingOptions
 
 MAX_SIDE = 16_384  # pixels; far above any supported model's size (each family checks its own sizes)
 SEED_HELP = "seed of the first image; image i uses seed + i (default 0)"
@@ -82,7 +87,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
-        type=types.int_type(1, 1024),
+        type=types.int_type(1, MAX_THREADS),
         default=None,
         metavar="N",
         help="CPU threads torch may use (default: one per core that other processes leave free, measured "
@@ -238,22 +243,19 @@ def parse_specs(text: str, extra: list[str] | None = None, modes: tuple[str, ...
     return specs
 
 
-def sampling_options(args: argparse.Namespace):
-    """The command line's `SamplingOptions`, checked once (e.g. a temperature so small that the logits
-    overflow is refused here, before any model is loaded)."""
+def sampling_options(args: argparse.Namespace, defaults: SamplingOptions | None = None) -> SamplingOptions:
+    """The command line's `SamplingOptions`, checked (so that, made before the model loads, e.g. a
+    temperature so small that the logits overflow is refused before any model work). `defaults`: the
+    pipeline's (`pipe.sampling_defaults()`), for what the command line leaves out, the temperature
+    included (1, but GLM-Image's generation config says 0.9): the numbers `pipe(...)` would use. Without
+    them, a number left out is the model's when the options reach a pipeline, and the temperature is 1
+    (as `arjet eval` records, and as an engine takes it)."""
     from ..samplers import SamplingOptions
 
-    temperature = 1.0 if args.temperature is None else args.temperature
-    return SamplingOptions(args.guidance_scale, temperature, args.top_k, args.top_p)
-
-
-def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The pipeline call's sampling arguments from the command line (`sampling_options` checks them); a
-    temperature not given is left to the model (1, but GLM-Image's generation config says 0.9)."""
-    kwargs = sampling_options(args).kwargs()
+    given = {name: getattr(args, name) for name in SamplingOptions.names()}
     if args.temperature is None:
-        del kwargs["temperature"]
-    return kwargs
+        del given["temperature"]
+    return SamplingOptions.from_kwargs(given, defaults)
 
 
 def load_pipeline(args: argparse.Namespace):
@@ -284,17 +286,20 @@ def _json_lines(value: Any, indent: int, depth: int) -> str:
 
 
 # -- servers (the demo, the API) -----------------------------------------------------------------------
+SERVER_ENGINE_FIELDS = ("lanes", "max_queue", "time_limit")  # what a server's command line sets of its engine
+
+
 def add_server_arguments(
     parser: argparse.ArgumentParser,
     *,
     port: int,
     models: str,
-    lanes: tuple[int, str],
-    max_queue: tuple[int, str],
-    time_limit: tuple[float, str],
+    defaults: EngineConfig,
+    helps: dict[str, str],
 ) -> None:
     """Where a server listens, what it serves and how much it takes on: `--host` (loopback by default),
-    `--port`, `--model` (repeatable), `--lanes`, `--max-queue`, `--time-limit` (defaults with their help)."""
+    `--port`, `--model` (repeatable), `--lanes`, `--max-queue`, `--time-limit` (`defaults`' values, each
+    with its line of `helps`, keyed by the `EngineConfig` field; `server_engine` reads them back)."""
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
     )
@@ -302,12 +307,25 @@ def add_server_arguments(
         "--port", type=types.int_type(1, 65535), default=port, help=f"TCP port (default {port})"
     )
     parser.add_argument("--model", action="append", default=None, metavar="NAME_OR_PATH", help=models)
-    for name, (default, what), kind in (
-        ("--lanes", lanes, types.int_type(1, 1024)),
-        ("--max-queue", max_queue, types.int_type(1, 100_000)),
-        ("--time-limit", time_limit, types.float_type(0.0, exclusive_minimum=True)),
-    ):
-        parser.add_argument(name, type=kind, default=default, help=f"{what} (default {default:g})")
+    kinds = {
+        "lanes": types.int_type(1, MAX_LANES),
+        "max_queue": types.int_type(1, MAX_QUEUE),
+        "time_limit": types.float_type(0.0, exclusive_minimum=True),
+    }
+    for name in SERVER_ENGINE_FIELDS:
+        default = getattr(defaults, name)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=kinds[name],
+            default=default,
+            help=f"{helps[name]} (default {default:g})",
+        )
+
+
+def server_engine(args: argparse.Namespace, defaults: EngineConfig, **more: Any) -> EngineConfig:
+    """`defaults` with what the server's command line set (`--lanes`, `--max-queue`, `--time-limit`) and
+    `more` (fields of `EngineConfig` by name)."""
+    return replace(defaults, **{name: getattr(args, name) for name in SERVER_ENGINE_FIELDS}, **more)
 
 
 def model_choices(values: list[str] | None) -> dict[str, str] | None:

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..limits import SERVE_ENGINE
 from .options import (
     add_command,
     add_compile_argument,
@@ -18,6 +19,7 @@ from .options import (
     check_listen_address,
     compile_argument,
     model_choices,
+    server_engine,
 )
 from .threads import apply_threads
 
@@ -51,12 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         port=8000,
         models="built-in name or local checkpoint folder to serve (its name is the API's `model`); repeat for "
         "several (default: the built-in shapes model)",
-        lanes=(8, "images each model's engine decodes at once"),
-        max_queue=(64, "images that may wait for a lane; beyond it requests get 429"),
-        time_limit=(
-            120.0,
-            "seconds a request may take from its arrival; then it gets 504 and frees its lanes",
-        ),
+        defaults=SERVE_ENGINE,
+        helps={
+            "lanes": "images each model's engine decodes at once",
+            "max_queue": "images that may wait for a lane; beyond it requests get 429",
+            "time_limit": "seconds a request may take from its arrival; then it gets 504 and frees its lanes",
+        },
     )
     add_device_argument(parser)
     add_threads_argument(parser)
@@ -82,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     check_listen_address(args.host, args.port)  # before the models load
     choices = model_choices(args.model) or {"shapes": "shapes"}
-    compile = compile_argument(args)
+    config = server_engine(args, SERVE_ENGINE, compile=compile_argument(args))
     api_key = read_api_key(args, os.environ)
 
     import uvicorn
@@ -97,9 +99,7 @@ def run(args: argparse.Namespace) -> int:
         for name, source in choices.items():
             pipe = load_model(source, device=args.device)
             pipe.set_progress_bar_config(disable=True)
-            engines[name] = Engine(
-                pipe, lanes=args.lanes, max_queue=args.max_queue, time_limit=args.time_limit, compile=compile
-            ).start()
+            engines[name] = Engine(pipe, config).start()
             engines[name].warm_up()  # the adaptive mode's costs and the throughput, before the first request
         app = create_app(engines, api_key=api_key)
         print(f"serving {', '.join(engines)} on http://{args.host}:{args.port}/v1", flush=True)

@@ -38,6 +38,7 @@ import torch
 from .. import checks
 from .. import samplers as sampler_registry
 from ..bench.speed import speed_summaries
+from ..limits import EngineConfig
 from .atomic import remove_temporaries, save_image
 from .lock import run_folder_lock
 from .records import RECORDS_DIR, RecordLog, read_records, record_key, sort_records, write_merged
@@ -114,7 +115,6 @@ def run_eval(
     checks.integer("batch_size", batch_size, 1)
     instances = {spec: sampler_registry.get(spec) for spec in settings.samplers}
     folders = sampler_dirs(settings.samplers)
-    settings.sampling()  # checks guidance, temperature, top-k and top-p
     for seed in settings.seeds:
         checks.seed("seed", seed, settings.n)  # prompt i uses seed + i
     metrics.check()
@@ -251,6 +251,7 @@ class _Worker:
 
     def __init__(self, pipe, settings: EvalSettings, prompts, out: Path, folders, log: RecordLog, show: bool):
         self.pipe = pipe
+        self.settings = settings
         self.call_kwargs = settings.call_kwargs()
         self.prompts = prompts
         self.out = out
@@ -286,10 +287,10 @@ class _Worker:
 
         from ..engine import Engine
 
-        options = {key: value for key, value in self.call_kwargs.items() if key != "compile"}
-        with Engine(
-            self.pipe, lanes=lanes, max_queue=len(jobs), compile=self.call_kwargs["compile"]
-        ) as engine:
+        settings = self.settings
+        config = EngineConfig(lanes=lanes, max_queue=len(jobs), compile=settings.compile)
+        options = {"height": settings.height, "width": settings.width, "sampling": settings.sampling}
+        with Engine(self.pipe, config) as engine:
             engine.submit(self.prompts[jobs[0].index], sampler=sampler, seed=0, **options).result()  # warm-up
             requests = {
                 engine.submit(

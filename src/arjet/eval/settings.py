@@ -1,7 +1,8 @@
 """What decides every image of an evaluation run, kept as `OUT/config.json` so a run resumes only itself.
 
 Metric options (feature network, CLIP, reference images) are not part of it: the images stay valid when
-they change, and the metrics are recomputed at the end of every run.
+they change, and the metrics are recomputed at the end of every run. config.json keeps its first layout
+(`version` 1): the sampling options as four keys of their own, so runs made before resume.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .. import checks
+from ..samplers import SamplingOptions
 from .atomic import write_text
 
 CONFIG_FILE = "config.json"
@@ -29,10 +32,7 @@ class EvalSettings:
     prompts_sha1: str = ""
     height: int | None = None
     width: int | None = None
-    guidance_scale: float | None = None
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
+    sampling: SamplingOptions = SamplingOptions()  # None numbers: the model's; temperature 1 unless set
     dtype: str | None = None
     compile: bool | str = False  # the pipeline's `compile=` (rounding may differ from eager: part of a run)
     version: int = 1  # of this layout
@@ -41,11 +41,9 @@ class EvalSettings:
     def prompt_digest(prompts: list[str]) -> str:
         return hashlib.sha1("\n".join(prompts).encode()).hexdigest()
 
-    def sampling(self):
-        """The run's `SamplingOptions` (checked when made)."""
-        from ..samplers import SamplingOptions
-
-        return SamplingOptions(self.guidance_scale, self.temperature, self.top_k, self.top_p)
+    def __post_init__(self) -> None:
+        if not isinstance(self.sampling, SamplingOptions):
+            raise ValueError(f"sampling must be an arjet.samplers.SamplingOptions, got {self.sampling!r}")
 
     def call_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every pipeline call."""
@@ -53,11 +51,20 @@ class EvalSettings:
             "height": self.height,
             "width": self.width,
             "compile": self.compile,
-            **self.sampling().kwargs(),
+            **self.sampling.kwargs(),
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as config.json holds them (and metrics.json shows them): layout 1, flat."""
+        return _flat({**asdict(self), "sampling": self.sampling})
+
+
+def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` with the sampling options as their four keys, in their place (config.json's layout 1)."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        flat.update(value.kwargs() if isinstance(value, SamplingOptions) else {key: value})
+    return flat
 
 
 def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
@@ -85,7 +92,9 @@ def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
         raise ValueError(f"{path} is not an arjet run's settings (not a JSON object); pass a new --out")
     wanted = json.loads(json.dumps(settings.to_dict()))  # tuples -> lists, as stored
     # a setting added since a run was made reads as its default there (such a run was made with it)
-    defaults = {field.name: field.default for field in fields(EvalSettings) if field.default is not MISSING}
+    defaults = _flat(
+        {field.name: field.default for field in fields(EvalSettings) if field.default is not MISSING}
+    )
     stored = {**defaults, **stored}
     differences = [
         f"{key}: {stored.get(key)!r} there, {wanted.get(key)!r} now"

@@ -38,11 +38,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import checks
 from ..engine import Cancelled, DecodeFailed, Engine, EngineResult, EngineStopped, QueueFull
 from ..limits import KEY_LIMIT
+from ..samplers import SamplingOptions
 
 logger = logging.getLogger(__name__)
 OPENAI_FIELDS = {"model", "prompt", "n", "size", "response_format", "user"}
-ARJET_FIELDS = {"sampler", "seed", "guidance_scale", "temperature", "top_k", "top_p"}
-NUMBER_FIELDS = ("guidance_scale", "temperature", "top_p")  # a number or null; the engine checks the range
+ARJET_FIELDS = {"sampler", "seed", *SamplingOptions.names()}
+INTEGER_FIELDS = {"top_k"}  # of the sampling options, those JSON must give as integers (the rest: numbers)
 MAX_BODY_BYTES = 1 << 20  # a request body is a few hundred bytes; anything near this is not a real one
 SHOWN_FIELDS = 5  # unknown fields an error names (the rest are counted)
 
@@ -76,7 +77,8 @@ class ImagesRequest:
     n: int
     size: tuple[int, int] | None  # (height, width) in pixels; None: the model's default
     seed: int  # image i gets seed + i
-    options: dict[str, Any]  # arjet's other fields, as `Engine.submit` takes them
+    sampler: str  # a registry spec (`"sjd:window=16"`); the engine checks it
+    sampling: SamplingOptions  # None numbers: the model's; the engine resolves and checks them together
 
     @classmethod
     def parse(cls, body: Any, engines: Mapping[str, Engine]) -> ImagesRequest:
@@ -101,9 +103,8 @@ class ImagesRequest:
                 f"{checks.shown(response_format)}",
                 param="response_format",
             )
-        return cls(
-            model, prompt, n, _size(body.get("size", "auto")), _seed(body.get("seed"), n), _options(body)
-        )
+        size, seed = _size(body.get("size", "auto")), _seed(body.get("seed"), n)
+        return cls(model, prompt, n, size, seed, _sampler(body.get("sampler", "ar")), _sampling(body))
 
 
 def _refuse_unknown(body: dict) -> None:
@@ -149,23 +150,35 @@ def _seed(value: Any, n: int) -> int:
     return value
 
 
-def _options(body: dict) -> dict[str, Any]:
-    """arjet's fields but the seed, each of the type `Engine.submit` takes (it checks the values)."""
-    sampler = body.get("sampler", "ar")
-    if not isinstance(sampler, str):
+def _sampler(value: Any) -> str:
+    if not isinstance(value, str):
         raise ApiError(
             400,
-            f"sampler must be a string such as 'sjd:window=16', got {checks.shown(sampler)}",
+            f"sampler must be a string such as 'sjd:window=16', got {checks.shown(value)}",
             param="sampler",
         )
-    for name in NUMBER_FIELDS:
-        value = body.get(name)
+    return value
+
+
+def _sampling(body: dict) -> SamplingOptions:
+    """The request's `SamplingOptions` (400 naming the field of a value of the wrong type or out of range);
+    the engine checks them again once resolved against the model's defaults."""
+    given = {name: body[name] for name in SamplingOptions.names() if name in body}
+    for name, value in given.items():
+        if name in INTEGER_FIELDS and value is not None and not checks.is_integer(value):
+            raise ApiError(400, f"{name} must be an integer or null, got {checks.shown(value)}", param=name)
         if value is not None and not checks.is_number(value):
             raise ApiError(400, f"{name} must be a number or null, got {checks.shown(value)}", param=name)
-    top_k = body.get("top_k")
-    if top_k is not None and not checks.is_integer(top_k):
-        raise ApiError(400, f"top_k must be an integer or null, got {checks.shown(top_k)}", param="top_k")
-    return {key: body[key] for key in sorted(ARJET_FIELDS - {"seed"}) if key in body}
+        _sampling_options(name, {name: value})  # each alone first, so that an error names its own field
+    # together, the guidance scale over the temperature may still overflow: the temperature is named
+    return _sampling_options("temperature", given)
+
+
+def _sampling_options(param: str, values: dict[str, Any]) -> SamplingOptions:
+    try:
+        return SamplingOptions.from_kwargs(values)
+    except ValueError as error:
+        raise ApiError(400, str(error), param=param) from None
 
 
 def _size(value: Any) -> tuple[int, int] | None:
@@ -306,7 +319,12 @@ def _submit(engine: Engine, request: ImagesRequest) -> list:
         for i in range(request.n):
             submitted.append(
                 engine.submit(
-                    request.prompt, seed=request.seed + i, height=height, width=width, **request.options
+                    request.prompt,
+                    sampler=request.sampler,
+                    seed=request.seed + i,
+                    height=height,
+                    width=width,
+                    sampling=request.sampling,
                 )
             )
     except Exception as error:
