@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,36 +24,29 @@ class ImageLayout:
     grid: tuple[int, int]
     row_end_ids: tuple[int, ...] = ()
     grid_positions: bool = False
+    # the geometry, derived once (plain attributes: a decode step reads them without a call)
+    height: int = field(init=False, repr=False, compare=False)
+    width: int = field(init=False, repr=False, compare=False)
+    num_cells: int = field(init=False, repr=False, compare=False)
+    row_stride: int = field(init=False, repr=False, compare=False)  # tokens per row: its cells, then row ends
+    body_length: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.grid_positions and self.row_end_ids:
             raise ValueError(
                 "grid positions place cells by (row, column): a layout with them has no row-end tokens"
             )
-
-    @property
-    def height(self) -> int:
-        return self.grid[0]
-
-    @property
-    def width(self) -> int:
-        return self.grid[1]
-
-    @property
-    def num_cells(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
-    def row_stride(self) -> int:
-        return self.grid[1] + len(self.row_end_ids)
-
-    @property
-    def body_length(self) -> int:
-        return self.grid[0] * self.row_stride
-
-    def cell_offset(self, cells: torch.Tensor) -> torch.Tensor:
-        """Offset of each cell (flat raster index) from the start of the image body."""
-        return (cells // self.width) * self.row_stride + cells % self.width
+        height, width = self.grid
+        stride = width + len(self.row_end_ids)
+        derived = (
+            ("height", height),
+            ("width", width),
+            ("num_cells", height * width),
+            ("row_stride", stride),
+            ("body_length", height * stride),
+        )
+        for name, value in derived:
+            object.__setattr__(self, name, value)  # frozen: derived once, here
 
     @property
     def position_extent(self) -> int:

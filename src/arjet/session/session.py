@@ -488,7 +488,10 @@ class DecodingSession:
         n_struct = len(layout.row_end_ids)
         has_input = cells >= 1
         prev = (cells - 1).clamp(min=0)
-        home = torch.where(has_input, self.body_start[:, None] + layout.cell_offset(prev), self.scratch)
+        offset = (
+            prev // layout.width
+        ) * layout.row_stride + prev % layout.width  # the cell's place in the body
+        home = torch.where(has_input, self.body_start[:, None] + offset, self.scratch)
         if branch is None:
             is_branch = torch.zeros_like(has_input)
             base = home
