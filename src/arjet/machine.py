@@ -1,5 +1,5 @@
 """What this machine has to give: free memory on a device, the memory a model would take (counted from its
-config on the meta device, before anything is allocated), the CPU cores this process may use, how many of
+config on the meta device, before anything is allocated) and a token of its KV cache, the CPU cores this process may use, how many of
 them other processes keep busy and so how many threads torch should use (`ThreadChooser`, one decision for
 the command line and the pipelines' calls); and helper processes that end with the process that started
 them.
@@ -43,6 +43,27 @@ def module_bytes(module: Any, dtype: Any = None) -> int:
     tensors = {id(t): t for t in [*module.parameters(), *module.buffers()]}.values()
     size = None if dtype is None else torch.empty((), dtype=dtype).element_size()
     return sum(t.numel() * (size if size and t.is_floating_point() else t.element_size()) for t in tensors)
+
+
+def text_config(config: Any) -> Any:
+    """The decoder's part of a transformers model config: its `text_config` where it has one (Janus, Emu3,
+    GLM-Image), else the config itself (Chameleon, Llama)."""
+    return getattr(config, "text_config", None) or config
+
+
+def kv_bytes_per_token(config: Any, dtype: Any) -> int | None:
+    """Bytes one token adds to one row of a KV cache in `dtype` for the transformers model `config`
+    describes: layers x (K, V) x KV heads x head width x element size. None where the config does not give
+    the layers, heads and width."""
+    text = text_config(config)
+    layers, heads, hidden = (
+        getattr(text, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
+    )
+    if not (layers and heads and hidden):
+        return None
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or hidden // heads
+    return layers * 2 * kv_heads * head_dim * dtype.itemsize
 
 
 def check_fits_in_memory(

@@ -39,12 +39,12 @@ def stepped_engine(pipe, **options) -> Engine:
 
 
 def test_the_rate_is_images_over_the_seconds_of_the_latest_busy_rounds():
-    throughput = Throughput(window=4)
+    throughput = Throughput(history=4)
     assert throughput.rate is None and throughput.expected_wait(Load(2, [], 0)) is None
     for _ in range(7):
         throughput.record_round(1.0, 0)
     throughput.record_round(1.0, 2)
-    assert throughput.rate == pytest.approx(2 / 8)  # every round counts until the window holds 4 images
+    assert throughput.rate == pytest.approx(2 / 8)  # every round counts until the history holds 4 images
     throughput.record_round(2.0, 2)
     throughput.record_round(2.0, 2)  # now the last two rounds hold 4 images: the older ones drop out
     assert throughput.rate == pytest.approx(4 / 4)
@@ -59,7 +59,7 @@ def test_a_request_starts_when_the_lane_cycle_reaches_it():
     load = Load(lanes=2, elapsed=[10.0, 4.0], waiting=0)
     assert [load.start(position, 14.0) for position in range(4)] == [4.0, 10.0, 18.0, 24.0]
     assert Load(lanes=2, elapsed=[], waiting=0).start(1, 14.0) == 0.0  # two free lanes
-    throughput = Throughput(window=2)
+    throughput = Throughput(history=2)
     throughput.record_round(14.0, 2)
     throughput.record_image(14.0)
     assert throughput.expected_wait(Load(2, [10.0, 4.0], 2)) == 18.0 + 14.0

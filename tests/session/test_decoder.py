@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from arjet.session import DecodingSession, LlamaStackDecoder, TransformersDecoder
+from arjet.session import decoder as decoder_module
 from arjet.testing import tiny_pipeline
 
 from reference import full_sequence_logits
@@ -107,3 +108,22 @@ def test_row_end_room_matches_the_default_packing(family):
         tight.logits(cells, codes[:, 1:5], row_ends=1), loose.logits(cells, codes[:, 1:5]), **TOL
     )
     tight.check()
+
+
+def test_a_packed_weight_is_reused_made_again_after_a_change_and_dropped_with_the_weight():
+    if not decoder_module._can_pack([torch.empty(1, 1)]):
+        pytest.skip("this torch build has no oneDNN linear")
+    linear = torch.nn.Linear(16, 8)
+    packed = decoder_module._packed(linear.weight)
+    assert decoder_module._packed(linear.weight) is packed
+    with torch.no_grad():
+        linear.weight.mul_(2)
+        changed = decoder_module._packed(linear.weight)
+        x = torch.randn(3, 16)
+        out = torch.ops.mkldnn._linear_pointwise(x, changed, linear.bias, "none", [], "")
+        torch.testing.assert_close(out, torch.nn.functional.linear(x, linear.weight, linear.bias))
+    assert changed is not packed
+    slot = id(linear.weight)
+    assert slot in decoder_module._PACKED
+    del linear, packed, changed
+    assert slot not in decoder_module._PACKED

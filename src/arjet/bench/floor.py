@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import checks
+from .. import checks, machine
 
 CUDA_COPY_BYTES = 1 << 30  # 1 GiB per buffer: far past every cache, so the copy runs at memory speed
 CPU_COPY_BYTES = 256 << 20
@@ -57,17 +57,9 @@ def forward_weight_bytes(pipe) -> int | None:
 
 
 def kv_bytes_per_token(pipe) -> int | None:
-    """KV-cache bytes one token adds to one row: layers x (K, V) x KV heads x head width x element size."""
-    model = getattr(pipe, "model", None)
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "get_text_config"):
-        return None
-    text = config.get_text_config()
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    element = torch.empty((), dtype=model.dtype).element_size()
-    return text.num_hidden_layers * 2 * kv_heads * head_dim * element
+    """KV-cache bytes one token adds to one row of the pipeline's AR model (`machine.kv_bytes_per_token`)."""
+    model = pipe.components[pipe.ar_component]
+    return machine.kv_bytes_per_token(model.config, model.dtype)
 
 
 def average_kv_tokens(pipe, prompt: str, call_kwargs: dict[str, Any]) -> float:

@@ -26,7 +26,7 @@ import torch
 from .. import checks, machine
 from .. import samplers as sampler_registry
 from ..reports.tables import markdown_table, number, ratio, significant
-from ..samplers.capture import CAPTURE_KEYS
+from ..session.capture import CAPTURE_KEYS
 from .floor import (
     ForwardFloor,
     average_kv_tokens,
@@ -228,6 +228,7 @@ class PeakMemory:
         self.interval = interval
         self.peak_mb: float | None = None
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None  # the RSS watcher (CPU, where RSS can be read)
 
     def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
@@ -247,7 +248,7 @@ class PeakMemory:
     def __exit__(self, *exc) -> None:
         if self.device.type == "cuda":
             self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
-        elif hasattr(self, "_thread"):
+        elif self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._peak = max(self._peak, _rss_bytes() or 0)

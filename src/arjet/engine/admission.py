@@ -4,13 +4,13 @@ what it cannot finish within a request's time limit (instead of queueing it to t
 `Throughput` follows two figures, both on the engine's clock:
 
 - `rate`, the images per second the engine makes: a sliding ratio of sums, the images finished in its latest
-  busy rounds over those rounds' seconds, over as many of the latest rounds as hold at least `window`
-  finished images. Only rounds that decoded something count, so an idle spell does not lower it; a ratio of
-  sums (not a mean of per-round rates), so rounds that finish nothing weigh with their full time and one
-  quick round cannot swing it; a window of whole images, so it follows a change of load within about
-  `window` images. Time the engine spends measuring the adaptive mode's costs is not a decode's.
+  busy rounds over those rounds' seconds, over as many of the latest rounds as hold at least `history`
+  finished images (the images the estimate looks back over). Only rounds that decoded something count, so
+  an idle spell does not lower it; a ratio of sums (not a mean of per-round rates), so rounds that finish
+  nothing weigh with their full time and one quick round cannot swing it; a history of whole images, so it
+  follows a change of load within about `history` images. Time the engine spends measuring the adaptive mode's costs is not a decode's.
 - `latency`, the seconds one image takes to decode (from its lane's start to its end): the mean of the
-  last `window` images.
+  last `history` images.
 
 The expected wait (`Load.expected_wait`): each of the `lanes` lanes makes one image every `period =
 max(lanes / rate, latency)` seconds (the longer of the two, so that lanes shared with another group's steps
@@ -58,13 +58,13 @@ class Load:
 class Throughput:
     """Images per second and seconds per image, as measured (see the module docstring)."""
 
-    def __init__(self, window: int):
-        if window < 1:
-            raise ValueError(f"window must be an integer >= 1, got {window!r}")
-        self.window = window
+    def __init__(self, history: int):
+        if history < 1:
+            raise ValueError(f"history must be an integer >= 1, got {history!r}")
+        self.history = history
         self._rounds: collections.deque[tuple[float, int]] = collections.deque()  # (seconds, images)
         self._seconds, self._images = 0.0, 0
-        self._latencies: collections.deque[float] = collections.deque(maxlen=window)
+        self._latencies: collections.deque[float] = collections.deque(maxlen=history)
         self._lock = threading.Lock()  # written by the decode thread, read by submitting threads
 
     def record_round(self, seconds: float, images: int) -> None:
@@ -74,7 +74,7 @@ class Throughput:
             self._rounds.append((seconds, images))
             self._seconds += seconds
             self._images += images
-            while len(self._rounds) > 1 and self._images - self._rounds[0][1] >= self.window:
+            while len(self._rounds) > 1 and self._images - self._rounds[0][1] >= self.history:
                 seconds_out, images_out = self._rounds.popleft()
                 self._seconds -= seconds_out
                 self._images -= images_out

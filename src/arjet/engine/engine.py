@@ -150,7 +150,7 @@ class Engine:
         check_lane_memory(pipe, lanes, max_groups, prompt_tokens)
         self.clock = clock
         self.stats = EngineStats()
-        self._throughput = Throughput(window=max(2 * lanes, 8))
+        self._throughput = Throughput(history=max(2 * lanes, 8))
         self._queue: collections.deque[Request] = collections.deque()
         self._lock = threading.Condition()
         self._groups: dict[GroupKey, LaneGroup] = {}

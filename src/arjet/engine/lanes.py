@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..machine import available_bytes
+from ..machine import available_bytes, kv_bytes_per_token
 from ..pipelines.base import BaseARPipeline
 from ..samplers import Decode, DecodeStats, DecodeStatus, DecodeTrace, ImageRandom, Sampler, Stepper
 from ..session import DecodingSession, Prefix
@@ -21,26 +21,12 @@ from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
 from .requests import GroupKey, Request
 
 
-def kv_bytes_per_slot(pipe: BaseARPipeline) -> int | None:
-    """Bytes one cached position of one row takes in the AR model's KV cache (keys and values of every
-    layer), from the model's config; None where the config does not say."""
-    config = pipe.components[pipe.ar_component].config
-    config = getattr(config, "text_config", None) or config
-    layers, heads, hidden = (
-        getattr(config, name, None) for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
-    )
-    if not (layers and heads and hidden):
-        return None
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    return 2 * layers * kv_heads * head_dim * pipe.dtype.itemsize
-
-
 def check_lane_memory(pipe: BaseARPipeline, lanes: int, groups: int, prompt_tokens: int) -> None:
     """Refuse, before anything is allocated, `groups` groups of `lanes` lanes whose KV caches for the
     model's default image (with CFG rows where the model guides by default) would not fit in the memory free
     on the pipeline's device. An estimate of the caches alone: activations come on top."""
-    per_slot, free = kv_bytes_per_slot(pipe), available_bytes(pipe._execution_device)
+    per_slot = kv_bytes_per_token(pipe.components[pipe.ar_component].config, pipe.dtype)
+    free = available_bytes(pipe._execution_device)
     if per_slot is None or free is None:
         return
     height, width = pipe.default_size()

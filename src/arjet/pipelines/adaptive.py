@@ -19,8 +19,7 @@ while they stay in the window, then come in bursts of accepted codes): a few ste
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +119,7 @@ def window_runs(pipe: Any, prompts: list[str], windows: Sequence[int], **call: A
     """Each window's decode of `prompts` (seed 0, codes only, no progress bar) by `pipe`; `call`: the other
     arguments of the pipeline call (size, sampling options, ...)."""
     runs = {}
-    with _quiet(pipe):
+    with pipe.quiet():
         for window in windows:
             out = pipe(prompts, sampler=window_spec(window), seed=0, output_type="latent", **call)
             runs[window] = WindowRun(
@@ -185,14 +184,3 @@ def choose_window(pipe: Any, call: CheckedInputs) -> CheckedInputs:
         pipe._adaptive_windows[key] = window
     spec = window_spec(window)
     return replace(call, sampler=sampler_registry.get(spec), sampler_label=f"{ADAPTIVE} ({spec})")
-
-
-@contextlib.contextmanager
-def _quiet(pipe: Any) -> Iterator[None]:
-    """No progress bars from `pipe` inside (the measurement's decodes are not the caller's)."""
-    before = dict(getattr(pipe, "_progress_bar_config", {}))
-    pipe.set_progress_bar_config(**{**before, "disable": True})
-    try:
-        yield
-    finally:
-        pipe._progress_bar_config = before

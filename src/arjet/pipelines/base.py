@@ -8,9 +8,11 @@ are declared and checked in `inputs.py`, a call's AR stage (a session per grid, 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +29,7 @@ from .. import samplers as sampler_registry
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
 from ..limits import DEFAULT_LIMITS, MAX_THREADS, Limits
+from ..machine import text_config
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, StopFlag, requirements
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.capture import compile_mode
@@ -284,9 +287,7 @@ class BaseARPipeline(DiffusionPipeline):
 
     def max_positions(self) -> int | None:
         """Positions the model was built for (prompt and image together), None when it has no such bound."""
-        config = self.model.config
-        config = getattr(config, "text_config", None) or config
-        return getattr(config, "max_position_embeddings", None)
+        return getattr(text_config(self.model.config), "max_position_embeddings", None)
 
     def session_adapter(self) -> ModelAdapter:
         raise NotImplementedError
@@ -397,6 +398,21 @@ class BaseARPipeline(DiffusionPipeline):
 
     # diffusers' name for it, which callbacks written for diffusers pipelines set
     _interrupt = interrupt
+
+    def progress_bar_options(self) -> dict[str, Any]:
+        """A copy of the options `set_progress_bar_config` last set (none yet: `{}`)."""
+        return dict(getattr(self, "_progress_bar_config", {}))  # diffusers makes it on first use
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No progress bars from this pipeline inside (decodes whose progress is not the caller's); the
+        options set before come back after."""
+        before = self.progress_bar_options()
+        self.set_progress_bar_config(**{**before, "disable": True})
+        try:
+            yield
+        finally:
+            self.set_progress_bar_config(**before)
 
     def check_inputs(
         self, prompt: str | list[str], negative_prompt: str | list[str] | None = None, **options: Any

@@ -300,8 +300,9 @@ class GlmImagePipeline(BaseARPipeline):
         codes as prior tokens; an interrupted decode (undecoded cells) gets the codes' false-colour view."""
         if bool((codes < 0).any()):
             return self.decode_codes(codes, call.output_type)
-        stage = DiffusersGlmImagePipeline(**{name: getattr(self, name) for name in DIFFUSION_COMPONENTS})
-        stage.set_progress_bar_config(**getattr(self, "_progress_bar_config", {}))
+        components = self.components
+        stage = DiffusersGlmImagePipeline(**{name: components[name] for name in DIFFUSION_COMPONENTS})
+        stage.set_progress_bar_config(**self.progress_bar_options())
         options = call.stage_options
         return stage(
             prompt=prompts,

@@ -16,6 +16,7 @@ with a float additive mask, which slots each input may attend to. Two implementa
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -114,6 +115,9 @@ class CompiledDecoder:
 
 
 PACK_LIMIT_BYTES = 1 << 30  # CPU: repack a stack's weights for oneDNN when they take at most this much
+# `_packed`'s copies by the id of their first weight: (that weight, weakly; the ids and versions of the
+# weights packed; the packed copy). An entry goes when its first weight is freed.
+_PACKED: dict[int, tuple[weakref.ref, tuple[tuple[int, int], ...], torch.Tensor]] = {}
 
 
 @dataclass
@@ -153,16 +157,21 @@ class _FusedProjection:
 
 
 def _packed(*weights: torch.Tensor) -> torch.Tensor:
-    """The oneDNN copy of `weights` stacked along the output dimension, kept on the first weight (so it lives
-    as long as the weights) and made again when any of them has changed since."""
-    key = tuple((id(w), w._version) for w in weights)
-    cached = getattr(weights[0], "_arjet_packed", None)
-    if cached is None or cached[0] != key:
-        with torch.no_grad():
-            stacked = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else weights[0].detach()
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(stacked, 2))
-        weights[0]._arjet_packed = cached
-    return cached[1]
+    """The oneDNN copy of `weights` stacked along the output dimension, kept in `_PACKED` under the first
+    weight until that weight is freed, and made again when any of the weights has changed since."""
+    first, key = weights[0], tuple((id(w), w._version) for w in weights)
+    hit = _PACKED.get(id(first))
+    if hit is not None and hit[0]() is first and hit[1] == key:
+        return hit[2]
+    with torch.no_grad():
+        stacked = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else first.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(stacked, 2)
+    _PACKED[id(first)] = (weakref.ref(first, functools.partial(_forget_packed, id(first))), key, packed)
+    return packed
+
+
+def _forget_packed(slot: int, _: weakref.ref) -> None:
+    _PACKED.pop(slot, None)
 
 
 def _can_pack(weights: list[torch.Tensor]) -> bool:

@@ -272,7 +272,7 @@ def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | Non
 
 def _noise_conditioning(pipe, levels: int) -> NoiseConditioning:
     """The base checkpoint's own (continuing an SJD2 fine-tune) or a new one fitted to its code embeddings."""
-    noise = getattr(pipe, "noise_conditioning", None)
+    noise = pipe.noise_conditioning
     if noise is not None:
         if noise.config.levels != levels:
             raise ValueError(

@@ -215,7 +215,7 @@ def default_mode() -> str:
     import torch
 
     from ...pipelines.inputs import GenerationInputs
-    from ...samplers.capture import compile_mode
+    from ...session.capture import compile_mode
 
     default = next(f.default for f in fields(GenerationInputs) if f.name == "compile")
     return compile_mode(default, torch.device("cuda"))

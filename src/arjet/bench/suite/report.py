@@ -8,7 +8,7 @@ from typing import Any
 from ...reports.tables import markdown_table, number, significant
 from ..speed import SamplerSummary
 
-CAPTURED = ("cuda-graphs", "inductor-graphs")  # `arjet.samplers.capture.CAPTURED_MODES` (no torch here)
+CAPTURED = ("cuda-graphs", "inductor-graphs")  # `arjet.session.capture.CAPTURED_MODES` (no torch here)
 
 
 def codes_target(results: dict[str, Any]) -> dict[str, Any]:

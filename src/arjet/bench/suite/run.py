@@ -248,7 +248,7 @@ def _engine_compile(device: str) -> str | bool:
 def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per sampler, what the CUDA-graph runner did in an average call (`CAPTURE_KEYS`), and the device time of
     one replayed step (`ms_per_replay`: replays after the first of each graph, which runs inside its capture)."""
-    from ...samplers.capture import CAPTURE_KEYS
+    from ...session.capture import CAPTURE_KEYS
 
     totals: dict[str, dict[str, float]] = {}
     calls: dict[str, set] = {}
