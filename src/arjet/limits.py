@@ -26,6 +26,7 @@ MAX_LANES = 1024  # images one engine group decodes at once (each lane is a row 
 MAX_QUEUE = 100_000  # requests the command line lets an engine queue (--max-queue)
 # a call's or an engine's `compile=` besides True / False (`arjet.session.capture.compile_mode` maps them)
 COMPILE_CHOICES = ("none", "cuda-graphs", "inductor", "inductor-graphs")
+CAPTURED_CHOICES = ("cuda-graphs", "inductor-graphs")  # those that capture steps as CUDA graphs (CUDA only)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import checks
-from ..limits import MAX_LANES, MAX_QUEUE, MAX_THREADS, EngineConfig
+from ..limits import CAPTURED_CHOICES, MAX_LANES, MAX_QUEUE, MAX_THREADS, EngineConfig
 from ..pipelines.loading import DTYPES
 from . import types
 from .threads import apply_threads
@@ -96,7 +96,6 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 
 COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor", "inductor-graphs")
-CUDA_ONLY_CHOICES = ("cuda-graphs", "inductor-graphs")  # `arjet.session.capture.CAPTURED_MODES`
 
 
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +115,7 @@ def compile_argument(args: argparse.Namespace) -> bool | str:
 
     choice = {"off": False, "auto": True}.get(args.compile, args.compile)
     device = str(args.device or default_device())
-    if choice in CUDA_ONLY_CHOICES and not device.startswith("cuda"):
+    if choice in CAPTURED_CHOICES and not device.startswith("cuda"):
         raise ValueError(
             f"--compile {choice} needs a CUDA device, got --device {device} (use inductor or off)"
         )

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..limits import COMPILE_CHOICES
+from ..limits import CAPTURED_CHOICES, COMPILE_CHOICES
 
 if TYPE_CHECKING:
     from .session import DecodingSession
 
 COMPILE_MODES = COMPILE_CHOICES  # declared once, in limits.py, beside the other bounds of a call
-CAPTURED_MODES = ("cuda-graphs", "inductor-graphs")  # steps captured as CUDA graphs (CUDA only)
+CAPTURED_MODES = CAPTURED_CHOICES  # steps captured as CUDA graphs (CUDA only)
 COMPILED_MODES = ("inductor", "inductor-graphs")  # the decoder under `torch.compile`
 CAPTURED_SPAN_SIZES = 2  # attention spans a captured session grows through (half the cache, then all of it)
 

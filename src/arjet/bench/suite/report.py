@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...limits import CAPTURED_CHOICES
 from ...reports.tables import markdown_table, number, significant
 from ..speed import SamplerSummary
 
-CAPTURED = ("cuda-graphs", "inductor-graphs")  # `arjet.session.capture.CAPTURED_MODES` (no torch here)
+CAPTURED = CAPTURED_CHOICES  # the captured modes, from limits.py (no torch here)
 
 
 def codes_target(results: dict[str, Any]) -> dict[str, Any]:
