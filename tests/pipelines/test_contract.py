@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import arjet
+from arjet.pipelines.glm_image import GlmImagePipeline
 from arjet.session import LlamaStackDecoder
 from arjet.testing import tiny_pipeline
 
@@ -149,6 +150,17 @@ def test_a_call_without_a_callback_runs_no_step_hook(pipe, monkeypatch):
     assert calls == []
     pipe(PROMPTS[0], seed=0, output_type="latent", callback_on_step_end=lambda *args: None)
     assert calls
+
+
+def test_images_from_codes_paints_a_calls_codes_and_the_old_name_warns(pipe):
+    if isinstance(pipe, GlmImagePipeline):
+        pytest.skip("GLM-Image's images come from its diffusion stage, not from its codes")
+    out = pipe(PROMPTS[0], seed=0, output_type="np")
+    images = pipe.images_from_codes(out.codes, output_type="np")
+    np.testing.assert_allclose(images, out.images, rtol=0, atol=1e-6)
+    with pytest.warns(FutureWarning, match="use pipe.images_from_codes"):
+        old = pipe.decode_codes(out.codes, output_type="np")
+    assert np.array_equal(old, images)
 
 
 def test_greedy_is_deterministic_without_a_seed(pipe):

@@ -101,7 +101,7 @@ def _frames(engine: Engine, requests: list, updates: queue.Queue, min_interval: 
 
 
 def _frame(pipe: Any, codes: torch.Tensor) -> Frame:
-    canvas = pipe.decode_codes(codes[None].to(pipe._execution_device), output_type="pil")[0]
+    canvas = pipe.images_from_codes(codes[None].to(pipe._execution_device), output_type="pil")[0]
     return Frame(canvas, int((codes >= 0).sum()), codes.numel())
 
 

@@ -99,7 +99,7 @@ def reconstruct(pipe, images: list, batch: int = 100) -> list:
     out = []
     for chunk in _chunks(images, batch):
         pixels = torch.stack([to_tensor(image) for image in chunk]).to(pipe.device)
-        out.extend(pipe.decode_codes(pipe.image_tokenizer.encode(pixels)))
+        out.extend(pipe.images_from_codes(pipe.image_tokenizer.encode(pixels)))
     return out
 
 

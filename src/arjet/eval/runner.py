@@ -306,9 +306,9 @@ class _Worker:
                     job, result = requests[future], future.result()
                     now = time.perf_counter()
                     seconds, last = now - last, now
-                    image = self.pipe.decode_codes(result.codes[None].to(self.pipe._execution_device), "pil")[
-                        0
-                    ]
+                    image = self.pipe.images_from_codes(
+                        result.codes[None].to(self.pipe._execution_device), "pil"
+                    )[0]
                     relative = image_path(self.folders[spec], job.index, job.seed)
                     save_image(image, self.out / relative)
                     record = make_record(

@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import time
 import typing
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -588,12 +589,13 @@ class BaseARPipeline(DiffusionPipeline):
     # -- decoding codes to pixels -------------------------------------------------------------------
     def render(self, codes: torch.Tensor, call: CheckedInputs, prompts: list[str]):
         """The call's images for its decoded `codes [N, H, W]` (`prompts`: one per image): the image
-        tokenizer's decode (`decode_codes`); GLM-Image runs its diffusion stage instead."""
-        return self.decode_codes(codes, call.output_type)
+        tokenizer's decode (`images_from_codes`); GLM-Image runs its diffusion stage instead."""
+        return self.images_from_codes(codes, call.output_type)
 
     @torch.no_grad()
-    def decode_codes(self, codes: torch.Tensor, output_type: str = "pil"):
-        """Images for codes `[N, H, W]`. Undecoded cells (`-1`) are painted mid-grey, for live previews."""
+    def images_from_codes(self, codes: torch.Tensor, output_type: str = "pil"):
+        """Images for codes `[N, H, W]` through the image tokenizer's decoder (`output_type` as in a call:
+        "pil", "np" or "pt"). Undecoded cells (`-1`) are painted mid-grey, for live previews."""
         tokenizer = self.image_tokenizer
         missing = codes < 0
         pixels = tokenizer.decode(codes.clamp(min=0)).float()
@@ -603,3 +605,13 @@ class BaseARPipeline(DiffusionPipeline):
             pixels = pixels * (1 - hole)
         processor = VaeImageProcessor(do_resize=False, do_normalize=True)
         return processor.postprocess(pixels.cpu(), output_type=output_type)
+
+    def decode_codes(self, codes: torch.Tensor, output_type: str = "pil"):
+        """Deprecated: `images_from_codes` (the name said "decode" for what turns codes into pixels, while
+        decoding is what makes the codes). Kept for one release."""
+        warnings.warn(
+            "pipe.decode_codes is deprecated; use pipe.images_from_codes (same arguments)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.images_from_codes(codes, output_type)

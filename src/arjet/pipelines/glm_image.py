@@ -299,7 +299,7 @@ class GlmImagePipeline(BaseARPipeline):
         """The DiT, its scheduler, the glyph encoder and the VAE, run by diffusers' `GlmImagePipeline` on the
         codes as prior tokens; an interrupted decode (undecoded cells) gets the codes' false-colour view."""
         if bool((codes < 0).any()):
-            return self.decode_codes(codes, call.output_type)
+            return self.images_from_codes(codes, call.output_type)
         components = self.components
         stage = DiffusersGlmImagePipeline(**{name: components[name] for name in DIFFUSION_COMPONENTS})
         stage.set_progress_bar_config(**self.progress_bar_options())

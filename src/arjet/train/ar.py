@@ -116,8 +116,7 @@ def encode_split(
 
 def _collate(items):
     images = torch.stack([item[0] for item in items])
-    scenes = [item[2] for item in items]
-    return images, [s.to_dict() if hasattr(s, "to_dict") else s for s in scenes]
+    return images, [item[2] for item in items]  # scenes as dicts (`ShapesDataset` items)
 
 
 def load_or_encode(

@@ -95,13 +95,16 @@ class Upsample(nn.Module):
 
 class Level(nn.Module):
     """One resolution: resnet blocks (each followed by attention at the attention resolutions). The
-    encoder adds a `downsample` and the decoder an `upsample` attribute, applied after the blocks."""
+    encoder sets a `downsample` and the decoder an `upsample` on every level but one, applied after the
+    blocks (the checkpoints' weight names)."""
 
     def __init__(self, in_channels: int, out_channels: int, num_blocks: int, attention: bool, dropout: float):
         super().__init__()
         channels = [in_channels] + [out_channels] * num_blocks
         self.block = nn.ModuleList(ResnetBlock(a, b, dropout) for a, b in pairwise(channels))
         self.attn = nn.ModuleList(AttnBlock(out_channels) for _ in range(num_blocks) if attention)
+        self.downsample: nn.Module | None = None
+        self.upsample: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i, block in enumerate(self.block):
@@ -153,7 +156,7 @@ class Encoder(nn.Module):
         h = self.conv_in(x)
         for level in self.down:
             h = level(h)
-            if hasattr(level, "downsample"):
+            if level.downsample is not None:
                 h = level.downsample(h)
         h = self.mid(h)
         return self.conv_out(F.silu(self.norm_out(h)))
@@ -195,7 +198,7 @@ class Decoder(nn.Module):
         h = self.mid(self.conv_in(z))
         for level in reversed(self.up):
             h = level(h)
-            if hasattr(level, "upsample"):
+            if level.upsample is not None:
                 h = level.upsample(h)
         return self.conv_out(F.silu(self.norm_out(h)))
 
