@@ -13,7 +13,9 @@ capabilities it needs, one line each; with a NAME, every option of that sampler 
   arjet samplers sjd
 
 A spec passes options after a colon: `sjd:window=32,init=repeat_vertical` (`--sampler` in generate and
-domain-report, `--samplers` in bench and eval)."""
+domain-report, `--samplers` in bench and eval). Composites are method[+verifier][+rule], each option to the
+part that declares it: `zipar+sjd:w=2,window=4`, `sjd+lantern:k=4`, `zipar+sjd+lantern` (`arjet samplers
+sjd-pac+lantern` explains one); `lantern`, `lantern++` and `zipar+lantern` are the papers' names for some."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
