@@ -63,7 +63,10 @@ def test_each_stage_says_where_it_saved(tmp_path, monkeypatch, capsys):
             ["train", "ar", "--max-minutes", "-1"],
             "argument --max-minutes: must be a finite number > 0, got '-1'",
         ),
-        (["train", "ar", "--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+        (
+            ["train", "ar", "--batch-size", "0"],
+            "argument --batch-size: must be an integer from 1 to 4096, got '0'",
+        ),
         (["train", "vq", "--device", "bogus"], "argument --device: device 'bogus' is not a torch device"),
         (
             ["train", "sjd2", "--clean-share", "1.5"],
