@@ -24,6 +24,8 @@ KEY_LIMIT = 2**63  # image keys (and seeds) are integers in [0, KEY_LIMIT)
 MAX_THREADS = 1024  # a call's `threads=`, as the command line's --threads
 MAX_LANES = 1024  # images one engine group decodes at once (each lane is a row of a static cache, and a view)
 MAX_QUEUE = 100_000  # requests the command line lets an engine queue (--max-queue)
+# a drafter's rotary positions (`max_position_embeddings`): far more than any prompt and image take
+MAX_POSITIONS = 1 << 20
 # a call's or an engine's `compile=` besides True / False (`arjet.session.capture.compile_mode` maps them)
 COMPILE_CHOICES = ("none", "cuda-graphs", "inductor", "inductor-graphs")
 CAPTURED_CHOICES = ("cuda-graphs", "inductor-graphs")  # those that capture steps as CUDA graphs (CUDA only)

@@ -122,8 +122,13 @@ def test_from_pretrained_loads_a_drafter_that_fits(tmp_path):
         ),
         (None, "[" * 100_000, "config.json holds JSON nested deeper than 64 levels"),
         (None, "[16, 24]", "the drafter config .* is not a drafter's config"),
+        (
+            {"max_position_embeddings": 10**15},
+            None,
+            r"the drafter config .* \(max_position_embeddings must be an integer from 1 to 1048576, got 10+\)",
+        ),
     ],
-    ids=["too-large", "no-model", "nested", "not-an-object"],
+    ids=["too-large", "no-model", "nested", "not-an-object", "positions"],
 )
 def test_from_pretrained_refuses_a_config_before_allocating(config, text, message, tmp_path, monkeypatch):
     from diffusers.models.modeling_utils import ModelMixin

@@ -8,7 +8,7 @@ import torch
 from arjet.builtin import assets_dir
 from arjet.cli import main
 from arjet.train import ar, clip, sjd2, vq
-from arjet.train.configs import DrafterTrainConfig
+from arjet.train.configs import MAX_BATCH_SIZE, MAX_HELDOUT, STAGES, DrafterTrainConfig
 from arjet.train.scaffold import TrainingRun, check_outputs
 
 
@@ -63,7 +63,10 @@ def test_each_stage_says_where_it_saved(tmp_path, monkeypatch, capsys):
             ["train", "ar", "--max-minutes", "-1"],
             "argument --max-minutes: must be a finite number > 0, got '-1'",
         ),
-        (["train", "ar", "--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+        (
+            ["train", "ar", "--batch-size", "0"],
+            "argument --batch-size: must be an integer from 1 to 4096, got '0'",
+        ),
         (["train", "vq", "--device", "bogus"], "argument --device: device 'bogus' is not a torch device"),
         (
             ["train", "sjd2", "--clean-share", "1.5"],
@@ -85,6 +88,28 @@ def test_bad_training_options_fail_at_parse_time(argv, message, capsys):
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"arjet train {argv[1]}: error: ") and message in error
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_every_stage_bounds_its_batch_size_and_held_out_images_alike(stage, tmp_path, monkeypatch, capsys):
+    """`train drafter --batch-size 10**9` generated data for a minute, then ran out of memory; `train vq
+    --eval-images 10**9` trained, then evaluated for days: refused at parse time, with the bounds every
+    stage shares."""
+    from arjet.cli import train
+
+    monkeypatch.setattr(
+        train, "_trainer", lambda stage: pytest.fail("trained before the options were checked")
+    )
+    held_out = {"vq": "eval_images", "ar": "heldout_images", "clip": "eval_scenes", "drafter": "val_images"}
+    options = [("batch_size", MAX_BATCH_SIZE)] + (
+        [(held_out[stage], MAX_HELDOUT)] if stage in held_out else []
+    )
+    for name, most in options:
+        flag = "--" + name.replace("_", "-")
+        assert main(["train", stage, flag, str(10**9), "--out", str(tmp_path / "out")]) == 2
+        error = capsys.readouterr().err
+        assert f"arjet train {stage}: error: argument {flag}: must be an integer from " in error
+        assert f" to {most}, got '1000000000'" in error and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("stage", ["vq", "ar", "clip", "sjd2"])

@@ -269,6 +269,16 @@ def test_a_step_callback_that_is_not_a_function_is_refused_at_submit():
     assert engine.queued == 0
 
 
+@pytest.mark.parametrize("seed", ["1", 1.5, True, -1, None, 2**63 - 1])
+def test_generate_refuses_a_seed_that_is_not_one_for_every_prompt(seed):
+    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
+    with pytest.raises(ValueError, match=r"seed must be an integer with 0 <= seed and seed \+ 1 < 2\*\*63"):
+        engine.generate(["a red circle", "star"], seed=seed)
+    with pytest.raises(ValueError, match="seed must be"):
+        engine.submit("a red circle", seed="1")
+    assert engine.queued == 0
+
+
 @pytest.mark.parametrize("limit", ["5", -1, 0, float("nan"), float("inf"), True])
 def test_a_time_limit_must_be_a_positive_number_of_seconds(limit):
     pipe = _pipe("janus")
@@ -366,6 +376,52 @@ def test_a_step_callback_that_raises_fails_only_its_own_request(sampler):
         assert torch.equal(
             result.codes, pipe(prompt, sampler=sampler, seed=seed, output_type="latent").codes[0]
         )
+
+
+class _Stop(BaseException):
+    """A callback's own BaseException, neither an Exception nor one of Python's."""
+
+
+@pytest.mark.parametrize("stop", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), _Stop("halt")])
+@pytest.mark.parametrize("sampler", ["sjd:window=3", "zipar:w=2"])
+def test_a_step_callback_that_raises_a_base_exception_fails_only_its_own_request(sampler, stop):
+    """A callback's SystemExit or KeyboardInterrupt is its own failure, not the decode thread's: the request
+    fails as DecodeFailed naming it (not raising it into the waiter's thread), the engine keeps running."""
+    from arjet.engine import DecodeFailed
+
+    pipe = _pipe("janus")
+
+    def broken(codes):
+        raise stop
+
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        bad = engine.submit(PROMPTS[0], sampler=sampler, seed=1, on_step=broken)
+        with pytest.raises(DecodeFailed, match="the request's on_step raised") as failure:
+            bad.result(timeout=60)
+        assert failure.value.__cause__ is stop
+        later = engine.submit(PROMPTS[1], sampler=sampler, seed=2).result(timeout=60)
+        assert engine.state == "running" and engine.stats.failed == 1
+    expected = pipe(PROMPTS[1], sampler=sampler, seed=2, output_type="latent").codes[0]
+    assert torch.equal(later.codes, expected)
+
+
+@pytest.mark.parametrize("sampler", ["sjd:window=3", "zipar:w=2"])
+def test_a_model_whose_logits_are_not_finite_fails_the_request_and_the_engine_goes_on(sampler):
+    from arjet.engine import DecodeFailed
+
+    pipe = _pipe("janus")
+    sound = {name: weight.clone() for name, weight in pipe.model.state_dict().items()}
+    with torch.no_grad():
+        for weight in pipe.model.parameters():
+            weight.fill_(float("nan"))
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        with pytest.raises(DecodeFailed, match=r"the model's logits are not finite \(NaN or inf\)"):
+            engine.submit(PROMPTS[0], sampler=sampler, seed=1).result(timeout=60)
+        pipe.model.load_state_dict(sound)
+        later = engine.submit(PROMPTS[1], sampler=sampler, seed=2).result(timeout=60)
+        assert engine.state == "running"
+    expected = pipe(PROMPTS[1], sampler=sampler, seed=2, output_type="latent").codes[0]
+    assert torch.equal(later.codes, expected)
 
 
 def _failing(method, sampler, error):

@@ -2,6 +2,7 @@
 route (a saved pipeline folder, a bare transformers folder, a VQ folder), unless `strict=False`."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -241,6 +242,56 @@ def test_a_config_that_builds_no_model_is_named(tmp_path):
     folder, _ = _saved("janus", tmp_path)
     _edit_config(folder / "model", hidden_size=-8)
     with pytest.raises(ValueError, match="component 'model' .* does not describe a model that can be built"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.parametrize("value", ["256", 256.5, True, -1])
+def test_a_config_field_of_the_wrong_type_ends_in_one_line_naming_the_file_and_field(value, tmp_path, capsys):
+    """transformers' strict configs raise their own errors (not ValueError), which were tracebacks."""
+    folder, _ = _saved("janus", tmp_path)
+    _edit_config(folder / "model", hidden_size=value)
+    out = tmp_path / "x.png"
+    assert cli.main(["generate", "a red circle", "--model", str(folder), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"arjet generate: error: {folder / 'model' / 'config.json'}, the config of ")
+    assert re.search(r"hidden[_ ]size", error) and not out.exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1e-6])
+@pytest.mark.parametrize("field", ["rms_norm_eps", "vision_config.layer_norm_eps"])
+def test_a_norm_epsilon_that_is_not_a_positive_number_is_refused_at_load(field, value, tmp_path):
+    """An epsilon of NaN loaded and decoded every code as 0 (a flat grey image, exit 0)."""
+    folder, _ = _saved("janus", tmp_path)
+    if field == "rms_norm_eps":
+        _edit_config(folder / "model", rms_norm_eps=value)
+        named = "text_config.rms_norm_eps"
+    else:
+        config = json.loads((folder / "model" / "config.json").read_text())
+        config["vision_config"]["layer_norm_eps"] = value
+        (folder / "model" / "config.json").write_text(json.dumps(config))
+        named = field
+    with pytest.raises(ValueError, match=rf"model/config.json: {named} must be a finite number > 0"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_a_config_of_a_million_layers_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
+    """Building a million layers on the meta device took minutes; the size is extrapolated from one and two
+    layers per count instead, and the full build never runs."""
+    from arjet.pipelines import components
+
+    folder, _ = _saved("janus", tmp_path)
+    _edit_config(folder / "model", num_hidden_layers=10**6)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the whole model was built before its layers were counted")
+
+    monkeypatch.setattr(components, "check_fits_in_memory", no_build)
+    monkeypatch.setattr(components, "available_bytes", lambda device: 10**9)
+    with pytest.raises(
+        ValueError,
+        match=r"component 'model' .* describes a model of about [\d,]+ parameters "
+        r"\(text_config.num_hidden_layers=1,000,000\) that would take .* GB, more than the 1 GB",
+    ):
         arjet.ARPipeline.from_pretrained(str(folder))
 
 

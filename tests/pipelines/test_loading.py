@@ -271,3 +271,39 @@ def test_from_pretrained_names_a_damaged_file_before_loading_any_component(
         ValueError, match=f"the checkpoint '{folder}': {folder / pipe.ar_component}/.*{message}"
     ):
         arjet.ARPipeline.from_pretrained(str(folder))
+
+
+@pytest.mark.parametrize(
+    ("family", "field", "value", "message"),
+    [
+        ("janus", "default_guidance_scale", float("nan"), "must be a finite number >= 0, got nan"),
+        ("janus", "default_guidance_scale", "3", "must be a finite number >= 0, got '3'"),
+        ("janus", "default_guidance_scale", -1.0, "must be a finite number >= 0, got -1.0"),
+        ("emu3", "image_area", 0, "must be an integer >= 1, got 0"),
+        ("emu3", "default_height", 1.5, "must be an integer >= 1, got 1.5"),
+        ("emu3", "default_negative_prompt", ["x"], r"must be text, got \['x'\]"),
+        ("lumina_mgpt", "resolution", "768", "must be an integer >= 1, got '768'"),
+    ],
+)
+def test_a_saved_setting_of_the_wrong_type_is_refused_at_load_naming_the_file_and_field(
+    family, field, value, message, tmp_path, monkeypatch
+):
+    """A `default_guidance_scale` of NaN loaded, and every call then failed blaming `guidance_scale`, an
+    option the caller never gave."""
+    from arjet.pipelines import base
+
+    folder = tmp_path / family
+    tiny_pipeline(family, grid=(2, 2), vocab_size=6).save_pretrained(folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, field: value}))
+    monkeypatch.setattr(base, "load_component", lambda *a, **k: pytest.fail("loaded before the check"))
+    with pytest.raises(ValueError, match=rf"{folder / 'model_index.json'}: {field} {message}"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+
+
+def test_the_saved_settings_of_every_family_pass_the_load_time_check(family, tmp_path):
+    folder = tmp_path / family
+    tiny_pipeline(family, grid=(2, 2), vocab_size=6).save_pretrained(folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    assert set(index) & set(loading.INDEX_SETTINGS)  # every family declares some
+    loading.check_index_settings(folder / "model_index.json", index)

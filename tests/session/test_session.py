@@ -100,6 +100,35 @@ def test_cell_zero_needs_no_forward_pass_of_its_own(family):
     assert session.forward_passes.tolist() == [1, 1]  # the prefill only
 
 
+def _fill_weights(pipe, value):
+    with torch.no_grad():
+        for weight in pipe.model.parameters():
+            weight.fill_(value)
+
+
+def test_prefill_logits_that_are_not_finite_are_flagged_and_raised_at_the_status_read():
+    """The flag is set on the device by the prefill; the session reads nothing itself, the next status read
+    (`check`) raises."""
+    pipe, prefix, session, _, scale = _setup("janus")
+    session.check()  # sound weights: no flag
+    _fill_weights(pipe, float("nan"))
+    session = DecodingSession(pipe.session_adapter(), pipe.image_layout(GRID), prefix, scale)
+    with pytest.raises(ValueError, match=r"the model's logits are not finite \(NaN or inf\): its weights"):
+        session.check()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 3e38])
+@pytest.mark.parametrize("sampler", ["ar", "sjd:window=3", "zipar:w=2"])
+def test_a_call_on_a_model_whose_logits_are_not_finite_fails_instead_of_decoding_code_zero(sampler, value):
+    """NaN or infinite weights set after loading (or finite ones so large the forward overflows) used to
+    decode every code as 0, silently."""
+    pipe = tiny_pipeline("janus", grid=GRID, vocab_size=8, logit_scale=3.0)
+    pipe.set_progress_bar_config(disable=True)
+    _fill_weights(pipe, value)
+    with pytest.raises(ValueError, match=r"the model's logits are not finite \(NaN or inf\)"):
+        pipe("a red circle", sampler=sampler, seed=0, output_type="latent")
+
+
 def test_bad_query_shapes_are_rejected():
     _, _, session, _, _ = _setup("janus")
     with pytest.raises(ValueError, match="batch=2"):

@@ -28,6 +28,7 @@ from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
 from .. import checks
+from ..limits import MAX_POSITIONS
 from ..machine import check_fits_in_memory
 from ..session.adapter import ModelAdapter
 from ..session.decoder import LlamaStackDecoder
@@ -39,7 +40,8 @@ BLOCKS = ("llama", "chameleon")
 class Drafter(ModelMixin, ConfigMixin):
     """`hidden_size`: the target's; `intermediate_size`, `num_attention_heads`, `num_key_value_heads`: the
     block's; `block`: `"llama"` or `"chameleon"`; `fc_bias`: whether the fusion has a bias (the official
-    drafters do); `input_norm`: whether the block normalises its input (EAGLE-1's LlamaGen drafter does not)."""
+    drafters do); `input_norm`: whether the block normalises its input (EAGLE-1's LlamaGen drafter does not);
+    `max_position_embeddings`: its rotary positions, at most `limits.MAX_POSITIONS`."""
 
     @register_to_config
     def __init__(
@@ -58,6 +60,7 @@ class Drafter(ModelMixin, ConfigMixin):
         super().__init__()
         if block not in BLOCKS:
             raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
+        checks.integer("max_position_embeddings", max_position_embeddings, 1, MAX_POSITIONS)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads}"

@@ -21,11 +21,11 @@ Admission: a request whose expected wait (`arjet.engine.admission`: the images a
 throughput, plus its own decode) exceeds its time limit is refused at once (`Overloaded`), as one beyond
 `max_queue` is (`QueueFull`); both say when to retry.
 
-Containment: a failure stays with what failed. A step callback (`on_step`) that raises fails its own request;
-a group whose step raises (out of memory, say) fails its requests and is dropped; anything else that raises
-in a round fails the requests in flight, and the engine goes on. Only an exception that is not an
-`Exception` (KeyboardInterrupt, say) stops the decode thread; then `state` says "failed" and `submit` raises
-`EngineStopped`.
+Containment: a failure stays with what failed. A step callback (`on_step`) that raises (anything, even
+`SystemExit`) fails its own request; a group whose step raises (out of memory, say) fails its requests and
+is dropped; anything else that raises in a round fails the requests in flight, and the engine goes on. Only
+an exception that is not an `Exception` (KeyboardInterrupt, say) raised by the engine's own work stops the
+decode thread; then `state` says "failed" and `submit` raises `EngineStopped`.
 """
 
 from __future__ import annotations
@@ -297,6 +297,8 @@ class Engine:
     def generate(self, prompts: Iterable[str], *, seed: int = 0, **options: Any) -> list[EngineResult]:
         """Every prompt through the engine (prompt `i` with seed `seed + i`), waiting for all; the results
         in prompt order. `options` as `submit`."""
+        prompts = list(prompts)
+        checks.seed("seed", seed, max(1, len(prompts)))
         requests = [self.submit(prompt, seed=seed + i, **options) for i, prompt in enumerate(prompts)]
         return [request.result() for request in requests]
 
@@ -630,7 +632,9 @@ class Engine:
 
     def _watch(self, request: Request, codes: torch.Tensor) -> bool:
         """Hand `codes` to the request's `on_step`; False if it raised (the request then fails with its
-        error, and nothing else does)."""
+        error, and nothing else does). A callback's `SystemExit`, `KeyboardInterrupt` or other
+        `BaseException` is the caller's code stopping, not the engine's thread: it fails the request as a
+        `DecodeFailed` (so that `result()` does not raise it into the caller's own thread)."""
         if request.on_step is None or request.future.done():
             return True
         try:
@@ -638,6 +642,12 @@ class Engine:
         except Exception as error:
             self.stats.failed += 1
             request.fail(error)
+            return False
+        except BaseException as error:
+            self.stats.failed += 1
+            failure = DecodeFailed(f"the request's on_step raised {error!r}")
+            failure.__cause__ = error
+            request.fail(failure)
             return False
         return True
 

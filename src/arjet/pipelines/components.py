@@ -9,6 +9,7 @@ caller passes `strict=False`.
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
 import re
@@ -19,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import checks
-from ..machine import check_fits_in_memory
+from ..machine import available_bytes, check_fits_in_memory, module_bytes
 from .loading import is_packaged
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
+EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
+# a config's layer counts; above LAYER_PROBE of one, the model's size is extrapolated before it is built
+LAYER_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "num_encoder_layers", "depth")
+LAYER_PROBE = 256
 # the loggers that print the loaders' own reports, silenced while arjet reports the mismatch itself
 REPORT_LOGGERS = ("transformers.modeling_utils", "diffusers.models.modeling_utils")
 
@@ -45,12 +50,12 @@ def load_component(
     refused when it could not fit in memory; a weights file holding pickled objects other than tensors
     (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder, and so are
     weights that are not finite (`check_finite`), with `strict=False` too."""
+    config = read_config(model_class, folder, component)
     if not is_packaged(folder):  # the package's own models are known to be small
-        check_fits_in_memory(
-            f"the config of component {component!r} ({model_class.__name__}) in {folder}",
-            lambda: _build_from_config(model_class, folder),
-            _load_dtype(folder, kwargs.get("dtype")),
-        )
+        what = f"the config of component {component!r} ({model_class.__name__}) in {folder}"
+        dtype = _load_dtype(folder, kwargs.get("dtype"))
+        check_layers_fit(what, lambda sized: _build(model_class, sized), config, dtype)
+        check_fits_in_memory(what, lambda: _build(model_class, config), dtype)
     with _readable_weights(component, folder):
         if not strict:
             model = model_class.from_pretrained(folder, **kwargs)
@@ -91,13 +96,118 @@ def quiet_loading() -> Iterator[None]:
             library.enable_progress_bar()
 
 
-def _build_from_config(model_class: Any, folder: str | Path) -> Any:
-    """The model `folder`'s config describes, built in the current device context (the meta device: sizes
-    only). transformers and diffusers classes read their configs differently."""
-    config_class = getattr(model_class, "config_class", None)
-    if config_class is not None and hasattr(model_class, "_from_config"):
-        return model_class._from_config(config_class.from_pretrained(folder))
-    return model_class.from_config(model_class.load_config(folder))
+def read_config(model_class: Any, folder: str | Path, component: str) -> Any:
+    """The config of `folder` as `model_class` reads it (a transformers config, or diffusers' dict), checked
+    at this boundary: a field of the wrong type or value (transformers' strict configs raise their own
+    errors for `hidden_size: "256"`) and a norm's epsilon that is not a finite number > 0 (`check_epsilons`)
+    are ValueErrors naming the file and the field."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    path = Path(folder) / "config.json"
+    if path.is_file():
+        checks.read_json(path)  # malformed or nested too deep: a ValueError naming it
+    try:
+        if _is_transformers(model_class):
+            config = model_class.config_class.from_pretrained(folder)
+            fields = config.to_dict()
+        else:
+            config = fields = model_class.load_config(folder)
+    except (StrictDataclassError, ValueError, TypeError, KeyError, AttributeError) as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(
+            f"{path}, the config of component {component!r} ({model_class.__name__}), holds a field of the "
+            f"wrong type or value: {detail}"
+        ) from None
+    check_epsilons(path, fields)
+    return config
+
+
+def check_epsilons(path: Path, fields: dict[str, Any]) -> None:
+    """Refuse a norm's epsilon (`rms_norm_eps`, `layer_norm_eps`, ... in `fields` or a sub-config) that is not
+    a finite number > 0: NaN turns every normalised value into NaN (every code 0), and 0 divides by zero."""
+    for name, value in _fields(fields):
+        if name.rsplit(".", 1)[-1].endswith(EPSILON_SUFFIX):
+            checks.number(
+                f"{path}: {name}", value, 0.0, exclusive_minimum=True, note="a norm's epsilon, e.g. 1e-6"
+            )
+
+
+def check_layers_fit(what: str, build: Any, config: Any, dtype: Any) -> None:
+    """Refuse, before the model is built, a config whose layer counts make it too large for memory: the
+    meta-device build `check_fits_in_memory` runs takes time in proportion to the layers (minutes for a
+    million), so where a count exceeds `LAYER_PROBE` the size is extrapolated from builds of one and two
+    layers per count (`build(config)`). A config those small builds fail on is left to the full check."""
+    import torch
+
+    counts = [
+        (name, value)
+        for name, value in _fields(config.to_dict() if hasattr(config, "to_dict") else config)
+        if name.rsplit(".", 1)[-1] in LAYER_FIELDS and checks.is_integer(value) and value > 0
+    ]
+    if not any(value > LAYER_PROBE for _, value in counts):
+        return
+    try:
+        with torch.device("meta"):
+            single = _sizes(build(_with_counts(config, {name: 1 for name, _ in counts})), dtype)
+            per_layer = [
+                _sizes(build(_with_counts(config, {**{n: 1 for n, _ in counts}, name: 2})), dtype)
+                for name, _ in counts
+            ]
+    except (ValueError, TypeError, RuntimeError, KeyError, AttributeError, ZeroDivisionError):
+        return
+    count, needed = single
+    for (_, value), (params, size) in zip(counts, per_layer, strict=True):
+        count += (value - 1) * (params - single[0])
+        needed += (value - 1) * (size - single[1])
+    free = available_bytes("cpu")
+    if free is not None and needed > free:
+        layers = ", ".join(f"{name}={value:,}" for name, value in counts if value > LAYER_PROBE)
+        raise ValueError(
+            f"{what} describes a model of about {count:,} parameters ({layers}) that would take "
+            f"{needed / 1e9:.3g} GB, more than the {free / 1e9:.3g} GB of memory free on cpu; check its sizes"
+        )
+
+
+def _build(model_class: Any, config: Any) -> Any:
+    """The model `config` describes (`read_config`'s), built in the current device context (the meta
+    device: sizes only). transformers and diffusers classes take their configs differently."""
+    if _is_transformers(model_class):
+        return model_class._from_config(copy.deepcopy(config))
+    return model_class.from_config(copy.deepcopy(config))
+
+
+def _is_transformers(model_class: Any) -> bool:
+    return getattr(model_class, "config_class", None) is not None and hasattr(model_class, "_from_config")
+
+
+def _fields(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every field of a config's dict, sub-configs' as `text_config.hidden_size`."""
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _fields(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _with_counts(config: Any, counts: dict[str, int]) -> Any:
+    """A copy of `config` (a transformers config or a dict) with the fields `counts` names (dotted, into
+    sub-configs) set."""
+    config = copy.deepcopy(config)
+    for name, value in counts.items():
+        *parents, field = name.split(".")
+        owner = config
+        for parent in parents:
+            owner = owner[parent] if isinstance(owner, dict) else getattr(owner, parent)
+        if isinstance(owner, dict):
+            owner[field] = value
+        else:
+            setattr(owner, field, value)
+    return config
+
+
+def _sizes(module: Any, dtype: Any) -> tuple[int, int]:
+    """(parameters, bytes) of a module built on the meta device."""
+    return sum(t.numel() for t in module.parameters()), module_bytes(module, dtype)
 
 
 def _load_dtype(folder: str | Path, dtype: Any) -> Any:

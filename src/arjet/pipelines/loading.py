@@ -30,6 +30,22 @@ MOVED_MODULES = {
 }
 
 
+# the settings a saved pipeline's model_index.json may declare (the families' `register_to_config`): name ->
+# (int, float or str; the least number; whether null stands for the family's default)
+INDEX_SETTINGS: dict[str, tuple[type, float | None, bool]] = {
+    "default_guidance_scale": (float, 0.0, True),
+    "default_height": (int, 1, True),
+    "default_width": (int, 1, True),
+    "image_area": (int, 1, False),
+    "resolution": (int, 1, False),
+    "preview_side": (int, 1, False),
+    "num_inference_steps": (int, 1, False),
+    "dit_guidance_scale": (float, 0.0, False),
+    "prompt_suffix": (str, None, False),
+    "default_negative_prompt": (str, None, False),
+}
+
+
 def assets_dir() -> Path:
     """Where the package keeps the models it ships (`arjet/assets`)."""
     return Path(str(resources.files("arjet") / "assets"))
@@ -98,10 +114,13 @@ def resolve_checkpoint(
 
 
 def checkpoint_kind(folder: Path) -> tuple[str, str]:
-    """('pipeline', class name) for a saved arjet pipeline, ('transformers', model_type) for a bare model."""
+    """('pipeline', class name) for a saved arjet pipeline, ('transformers', model_type) for a bare model. A
+    saved pipeline's settings are checked here, when its folder is first read (`check_index_settings`)."""
     index = folder / "model_index.json"
     if index.is_file():
-        return "pipeline", _json_object(index).get("_class_name", "")
+        settings = _json_object(index)
+        check_index_settings(index, settings)
+        return "pipeline", settings.get("_class_name", "")
     config = folder / "config.json"
     if config.is_file():
         return "transformers", _json_object(config).get("model_type", "")
@@ -109,6 +128,25 @@ def checkpoint_kind(folder: Path) -> tuple[str, str]:
         f"{folder} holds neither model_index.json (a saved arjet pipeline) nor config.json (a transformers "
         "checkpoint); point from_pretrained at the folder that contains one of them"
     )
+
+
+def check_index_settings(path: Path, settings: dict[str, Any]) -> None:
+    """Refuse a setting of `INDEX_SETTINGS` in the model_index.json at `path` that is not what its family
+    takes (`default_guidance_scale: NaN` or `"3"`): a ValueError naming the file and the field, at load, not
+    at the first call (whose message would blame an option the caller never gave). Ranges that depend on
+    the model (a size on its grid, the scheduler's steps) are still checked by each call."""
+    for name, (kind, minimum, optional) in INDEX_SETTINGS.items():
+        value = settings.get(name)
+        if name not in settings or (optional and value is None):
+            continue
+        field = f"{path}: {name}"
+        if kind is str:
+            if not isinstance(value, str):
+                raise ValueError(f"{field} must be text, got {checks.shown(value)}")
+        elif kind is int:
+            checks.integer(field, value, minimum)
+        else:
+            checks.number(field, value, minimum)
 
 
 def _json_object(path: Path) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class Misuse(IntEnum):
     BEYOND_SPAN = 2
     BRANCH_COMMITTED = 3
     BRANCH_OUT_OF_RANGE = 4
+    LOGITS_NOT_FINITE = 5  # not a caller's misuse: the model's (its weights or config), seen in the prefill
 
     @property
     def message(self) -> str:
@@ -74,6 +75,11 @@ _MISUSE_MESSAGES = {
     Misuse.BEYOND_SPAN: "an input was written beyond the reserved span",
     Misuse.BRANCH_COMMITTED: "a branch input was committed",
     Misuse.BRANCH_OUT_OF_RANGE: "a branch index was outside the reserved branch slots",
+    Misuse.LOGITS_NOT_FINITE: (
+        "the model's logits are not finite (NaN or inf): its weights or its config (a norm's epsilon, say) "
+        "make its forward overflow or divide by zero; got them in the prompt's prefill, before the image's "
+        "first code. Load a checkpoint whose weights and config are sound"
+    ),
 }
 
 
@@ -146,6 +152,7 @@ class DecodingSession:
         # [B, V] guided logits of cell 0; a plain tensor (the prefill runs in inference mode), so that `admit`
         # can write a new image's into it in place
         self.first_logits = self._prefill().clone()
+        self._flag_not_finite(self.first_logits)
         self._reach = _Reach(self.prefix.length + self.body_offset - 1)
 
     # -- what samplers see -------------------------------------------------------------------------
@@ -280,6 +287,8 @@ class DecodingSession:
 
     def apply_status(self, status: list[int]) -> None:
         *flags, self._reach.frontier = status
+        if flags[Misuse.LOGITS_NOT_FINITE]:
+            raise ValueError(Misuse.LOGITS_NOT_FINITE.message)
         for misuse, happened in zip(Misuse, flags, strict=True):
             if happened:
                 raise ValueError(f"decoding session misuse: {misuse.message}")
@@ -346,8 +355,15 @@ class DecodingSession:
         self.drafter_passes.zero_()
         self._last = None
         self.first_logits.copy_(self._prefill(length))
+        self._flag_not_finite(self.first_logits)
 
     # -- internals ---------------------------------------------------------------------------------
+    def _flag_not_finite(self, logits: torch.Tensor) -> None:
+        """Flag prefill logits that hold a NaN or an infinity (NaN weights, an epsilon of NaN, weights so
+        large the forward overflows), which would decode every code as 0: on the device, read with the
+        other flags at the next status read, never here."""
+        self.misuse[Misuse.LOGITS_NOT_FINITE] |= ~torch.isfinite(logits).all()
+
     def _side_by_side(self, prefix: Prefix) -> Prefix:
         """`[cond; uncond]` rows reordered so that each image's two rows sit side by side."""
         if not self.guided:

@@ -14,6 +14,10 @@ from typing import Any
 from .. import checks
 
 VISION_TOWERS = ("resnet", "vit")
+# bounds every stage shares, so that an absurd value is refused before any work (a batch of 10**9 images
+# rendered for a minute, then ran out of memory; 10**9 evaluation images ran for days)
+MAX_BATCH_SIZE = 4096  # images or sequences in one training step
+MAX_HELDOUT = 100_000  # held-out images or scenes a stage evaluates on
 
 
 def option(
@@ -36,6 +40,16 @@ def positive(default: Any, help: str) -> Any:
     if isinstance(default, float):
         return option(default, help, 0.0, exclusive_minimum=True)
     return option(default, help, 1)
+
+
+def per_step(default: int, help: str) -> Any:
+    """Images or sequences per training step: 1 to `MAX_BATCH_SIZE`."""
+    return option(default, help, 1, MAX_BATCH_SIZE)
+
+
+def heldout(default: int, help: str, minimum: int = 1) -> Any:
+    """Held-out images or scenes to evaluate on: `minimum` (0: none) to `MAX_HELDOUT`."""
+    return option(default, help, minimum, MAX_HELDOUT)
 
 
 def share(default: float, help: str) -> Any:
@@ -93,7 +107,7 @@ class VQTrainConfig:
     latent_channels: int = positive(32, "channels of the latent before quantization")
     embed_dim: int = positive(8, "width of each code vector")
     codebook_size: int = positive(512, "number of codes")
-    batch_size: int = positive(64, "images per step")
+    batch_size: int = per_step(64, "images per step")
     lr: float = rate(3e-4, "Adam learning rate")
     max_steps: int = max_steps(100_000)
     max_minutes: float = max_minutes(45.0)
@@ -104,7 +118,7 @@ class VQTrainConfig:
     workers: int = option(2, "data loader worker processes (0: render in this process)")
     threads: int = threads()
     log_every: int = positive(100, "steps between log lines")
-    eval_images: int = positive(1000, "held-out images for the final PSNR and codebook usage")
+    eval_images: int = heldout(1000, "held-out images for the final PSNR and codebook usage")
 
     def __post_init__(self):
         levels = len(integer_list("channel_multiplier", self.channel_multiplier))
@@ -134,13 +148,13 @@ class ARTrainConfig:
     )
     seed: int = seed()
     train_images: int = positive(120_000, "training scenes (encoded once, cached under --out)")
-    heldout_images: int = positive(1_000, "held-out scenes for the held-out loss")
+    heldout_images: int = heldout(1_000, "held-out scenes for the held-out loss")
     hidden_size: int = positive(256, "decoder width")
     layers: int = positive(8, "decoder layers")
     heads: int = positive(8, "attention heads")
     kv_heads: int = positive(4, "key / value heads")
     intermediate_size: int = positive(688, "MLP width")
-    batch_size: int = positive(64, "sequences per step")
+    batch_size: int = per_step(64, "sequences per step")
     lr: float = rate(1.5e-3, "peak AdamW learning rate")
     min_lr: float = rate(1e-4, "learning rate at the end of the cosine decay", zero=True)
     weight_decay: float = option(0.05, "AdamW weight decay of the matrices")
@@ -178,7 +192,7 @@ class ClipTrainConfig:
     text_width: int = positive(96, "text tower width")
     text_layers: int = positive(3, "text tower layers")
     context_length: int = positive(32, "tokens per caption")
-    batch_size: int = positive(256, "images per step")
+    batch_size: int = per_step(256, "images per step")
     shape_negatives: int = option(
         3, "per image: its caption with one object's shape swapped, this many times"
     )
@@ -194,7 +208,7 @@ class ClipTrainConfig:
     eval_every: int = option(
         1000, "steps between zero-shot colour / shape accuracy checks (0: at the end only)"
     )
-    eval_scenes: int = option(300, "held-out scenes of each accuracy check (0: none)")
+    eval_scenes: int = heldout(300, "held-out scenes of each accuracy check (0: none)", minimum=0)
     log: str = output("", "the training log, a new file (JSON lines; '': OUT/train_log.jsonl)", kind="file")
     init: str = option("", "a CLIP folder to continue from (same config)")
 
@@ -240,7 +254,7 @@ class SJD2TrainConfig:
     max_segment: int = positive(64, "longest run of codes sharing one noise level")
     clean_share: float = share(0.25, "share of sequences left entirely clean")
     condition_dropout: float = share(0.1, "share of prompts replaced by the unconditional row (for CFG)")
-    batch_size: int = positive(64, "sequences per step")
+    batch_size: int = per_step(64, "sequences per step")
     lr: float = rate(3e-4, "learning rate of the model")
     min_lr: float = rate(
         3e-4, "below lr: cosine decay to it (the noise conditioning's rate scales alike)", zero=True
@@ -273,10 +287,11 @@ class DrafterTrainConfig:
         "COCO captions), .jsonl (prompt or caption records)",
     )
     images: int = positive(512, "images the model generates for the training set")
-    val_images: int = option(
+    val_images: int = heldout(
         32,
         "held-out images (the prompt set continued, other seeds) the log scores the drafter on; the drafter "
         "saved is the one that scored best on them (0: none, the last one)",
+        minimum=0,
     )
     data_sampler: str = option("sjd-pac", "the (exact) sampler that generates them")
     data_batch: int = positive(32, "images generated per call")
@@ -290,7 +305,7 @@ class DrafterTrainConfig:
     seed: int = seed()
     heads: int = positive(8, "attention heads of the drafter's block")
     intermediate_size: int = option(0, "MLP width of the drafter's block (0: twice the model's width)")
-    batch_size: int = positive(16, "sequences (one per CFG row) per step")
+    batch_size: int = per_step(16, "sequences (one per CFG row) per step")
     lr: float = rate(1e-3, "AdamW learning rate")
     min_lr: float = rate(1e-4, "below lr: cosine decay to it", zero=True)
     warmup_steps: int = option(50, "steps of linear warm-up")
