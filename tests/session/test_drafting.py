@@ -100,3 +100,16 @@ def test_a_session_without_a_drafter_is_refused():
     pipe = tiny_pipeline("emu3", grid=(3, 3))
     with pytest.raises(ValueError, match="no drafter"):
         DraftingCache(_session(pipe, None))
+
+
+@pytest.mark.parametrize("sampler", ["eagle", "eagle2"])
+def test_a_drafter_kept_in_float32_beside_a_bfloat16_model_drafts_deeper(sampler):
+    """A folder whose model loads in its checkpoint's bfloat16 while its drafter stays float32: the
+    drafter's own output (what it reads to draft a level deeper) goes to the model's head in the model's
+    dtype, not in the drafter's."""
+    pipe = tiny_pipeline("janus", grid=(3, 3), vocab_size=8).to(torch.bfloat16)
+    tiny_drafter(pipe)
+    pipe.drafter.to(torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe("a red circle", sampler=f"{sampler}:tree_depth=3", seed=0, output_type="latent")
+    assert (out.codes >= 0).all()

@@ -118,5 +118,6 @@ class DraftingCache:
         out = self.stack.forward(
             self.cache, self.drafter.fuse(embeds, hidden), rows(positions), rows(slots), mask
         )
-        logits = session.guide(session.adapter.code_logits(out.to(hidden.dtype)).float())
+        # the model's head reads the model's dtype (`hidden` may be the drafter's own, when it drafts deeper)
+        logits = session.guide(session.adapter.code_logits(out.to(session.first_hidden.dtype)).float())
         return logits, out
