@@ -274,13 +274,21 @@ def test_a_norm_epsilon_that_is_not_a_positive_number_is_refused_at_load(field, 
         arjet.ARPipeline.from_pretrained(str(folder))
 
 
-def test_a_config_of_a_million_layers_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
-    """Building a million layers on the meta device took minutes; the size is extrapolated from one and two
-    layers per count instead, and the full build never runs."""
+@pytest.mark.parametrize(
+    ("part", "field"), [("text_config", "num_hidden_layers"), ("vq_config", "num_res_blocks")]
+)
+def test_a_config_of_a_million_layers_is_refused_before_the_model_is_built(
+    part, field, tmp_path, monkeypatch
+):
+    """Building a million layers (or a VQ model's million resnet blocks per resolution) on the meta device
+    took minutes; the size is extrapolated from one and two layers per count instead, and the full build
+    never runs."""
     from arjet.pipelines import components
 
     folder, _ = _saved("janus", tmp_path)
-    _edit_config(folder / "model", num_hidden_layers=10**6)
+    config = json.loads((folder / "model" / "config.json").read_text())
+    config[part][field] = 10**6
+    (folder / "model" / "config.json").write_text(json.dumps(config))
 
     def no_build(*args, **kwargs):
         raise AssertionError("the whole model was built before its layers were counted")
@@ -289,8 +297,8 @@ def test_a_config_of_a_million_layers_is_refused_before_the_model_is_built(tmp_p
     monkeypatch.setattr(components, "available_bytes", lambda device: 10**9)
     with pytest.raises(
         ValueError,
-        match=r"component 'model' .* describes a model of about [\d,]+ parameters "
-        r"\(text_config.num_hidden_layers=1,000,000\) that would take .* GB, more than the 1 GB",
+        match=rf"component 'model' .* describes a model of about [\d,]+ parameters "
+        rf"\({part}.{field}=1,000,000\) that would take .* GB, more than the 1 GB",
     ):
         arjet.ARPipeline.from_pretrained(str(folder))
 

@@ -163,6 +163,20 @@ def test_images_from_codes_paints_a_calls_codes_and_the_old_name_warns(pipe):
     assert np.array_equal(old, images)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), 3e38])
+def test_a_vq_decoder_that_paints_non_finite_pixels_is_an_error_not_a_black_image(bad):
+    """NaN weights in the VQ decoder, or finite ones so large it overflows: the codes are sound, the pixels
+    are not, and the call says so instead of handing back a black image."""
+    pipe = tiny_pipeline("janus", grid=GRID, vocab_size=8)
+    pipe.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        for weight in pipe.image_tokenizer.vqmodel.decoder.parameters():
+            weight.fill_(bad)
+    with pytest.raises(ValueError, match="decoder gave pixels that are not finite"):
+        pipe(PROMPTS[0], seed=0, output_type="np")
+    assert (pipe(PROMPTS[0], seed=0, output_type="latent").codes >= 0).all()  # the codes need no pixels
+
+
 def test_greedy_is_deterministic_without_a_seed(pipe):
     assert torch.equal(pipe(PROMPTS, temperature=0).codes, pipe(PROMPTS, temperature=0).codes)
 

@@ -599,6 +599,11 @@ class BaseARPipeline(DiffusionPipeline):
         tokenizer = self.image_tokenizer
         missing = codes < 0
         pixels = tokenizer.decode(codes.clamp(min=0)).float()
+        if not torch.isfinite(pixels).all():  # once per call, after the decode: black images otherwise
+            raise ValueError(
+                "the image tokenizer's decoder gave pixels that are not finite (NaN or inf): its weights or its "
+                "config make it overflow; load a checkpoint whose VQ weights are sound"
+            )
         if missing.any():
             factor = tokenizer.downsample
             hole = missing[:, None].float().repeat_interleave(factor, 2).repeat_interleave(factor, 3)

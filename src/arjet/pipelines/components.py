@@ -26,7 +26,15 @@ from .loading import is_packaged
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
 # a config's layer counts; above LAYER_PROBE of one, the model's size is extrapolated before it is built
-LAYER_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "num_encoder_layers", "depth")
+# counts a model repeats a block by (its size grows with each); `num_res_blocks`: a VQ model's per resolution
+LAYER_FIELDS = (
+    "num_hidden_layers",
+    "num_layers",
+    "num_decoder_layers",
+    "num_encoder_layers",
+    "depth",
+    "num_res_blocks",
+)
 LAYER_PROBE = 256
 # the loggers that print the loaders' own reports, silenced while arjet reports the mismatch itself
 REPORT_LOGGERS = ("transformers.modeling_utils", "diffusers.models.modeling_utils")

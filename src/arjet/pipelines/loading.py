@@ -13,6 +13,7 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError
 
 from .. import checks
+from ..limits import MAX_LOGIT_SCALE
 
 # the dtypes a pipeline loads in, by name (`torch_dtype` gives the torch object)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -32,17 +33,19 @@ MOVED_MODULES = {
 
 # the settings a saved pipeline's model_index.json may declare (the families' `register_to_config`): name ->
 # (int, float or str; the least number; whether null stands for the family's default)
-INDEX_SETTINGS: dict[str, tuple[type, float | None, bool]] = {
-    "default_guidance_scale": (float, 0.0, True),
-    "default_height": (int, 1, True),
-    "default_width": (int, 1, True),
-    "image_area": (int, 1, False),
-    "resolution": (int, 1, False),
-    "preview_side": (int, 1, False),
-    "num_inference_steps": (int, 1, False),
-    "dit_guidance_scale": (float, 0.0, False),
-    "prompt_suffix": (str, None, False),
-    "default_negative_prompt": (str, None, False),
+INDEX_SETTINGS: dict[
+    str, tuple[type, float | None, float | None, bool]
+] = {  # kind, minimum, maximum, optional
+    "default_guidance_scale": (float, 0.0, MAX_LOGIT_SCALE, True),  # a call's guidance is bounded so too
+    "default_height": (int, 1, None, True),
+    "default_width": (int, 1, None, True),
+    "image_area": (int, 1, None, False),
+    "resolution": (int, 1, None, False),
+    "preview_side": (int, 1, None, False),
+    "num_inference_steps": (int, 1, None, False),
+    "dit_guidance_scale": (float, 0.0, None, False),
+    "prompt_suffix": (str, None, None, False),
+    "default_negative_prompt": (str, None, None, False),
 }
 
 
@@ -135,7 +138,7 @@ def check_index_settings(path: Path, settings: dict[str, Any]) -> None:
     takes (`default_guidance_scale: NaN` or `"3"`): a ValueError naming the file and the field, at load, not
     at the first call (whose message would blame an option the caller never gave). Ranges that depend on
     the model (a size on its grid, the scheduler's steps) are still checked by each call."""
-    for name, (kind, minimum, optional) in INDEX_SETTINGS.items():
+    for name, (kind, minimum, maximum, optional) in INDEX_SETTINGS.items():
         value = settings.get(name)
         if name not in settings or (optional and value is None):
             continue
@@ -146,7 +149,7 @@ def check_index_settings(path: Path, settings: dict[str, Any]) -> None:
         elif kind is int:
             checks.integer(field, value, minimum)
         else:
-            checks.number(field, value, minimum)
+            checks.number(field, value, minimum, maximum)
 
 
 def _json_object(path: Path) -> dict[str, Any]:
