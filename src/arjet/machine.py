@@ -1,8 +1,8 @@
 """What this machine has to give: free memory on a device, the memory a model would take (counted from its
-config on the meta device, before anything is allocated) and a token of its KV cache, the CPU cores this process may use, how many of
-them other processes keep busy and so how many threads torch should use (`ThreadChooser`, one decision for
-the command line and the pipelines' calls); and helper processes that end with the process that started
-them.
+config on the meta device, before anything is allocated) and a token of its KV cache, the CPU cores this
+process may use, how many of them other processes keep busy and so how many threads torch should use
+(`ThreadChooser`, one decision for the command line and the pipelines' calls); and helper processes that end
+with the process that started them.
 
 Plain measurements: nothing here reads an environment variable or changes a setting; the command line and
 the pipelines set threads from these figures, and the loaders refuse a model that cannot fit.

@@ -8,7 +8,8 @@ what it cannot finish within a request's time limit (instead of queueing it to t
   finished images (the images the estimate looks back over). Only rounds that decoded something count, so
   an idle spell does not lower it; a ratio of sums (not a mean of per-round rates), so rounds that finish
   nothing weigh with their full time and one quick round cannot swing it; a history of whole images, so it
-  follows a change of load within about `history` images. Time the engine spends measuring the adaptive mode's costs is not a decode's.
+  follows a change of load within about `history` images. Time the engine spends measuring the adaptive
+  mode's costs is not a decode's.
 - `latency`, the seconds one image takes to decode (from its lane's start to its end): the mean of the
   last `history` images.
 

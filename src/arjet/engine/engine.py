@@ -639,15 +639,13 @@ class Engine:
             return True
         try:
             request.on_step(codes)
-        except Exception as error:
-            self.stats.failed += 1
-            request.fail(error)
-            return False
         except BaseException as error:
             self.stats.failed += 1
-            failure = DecodeFailed(f"the request's on_step raised {error!r}")
-            failure.__cause__ = error
-            request.fail(failure)
+            if not isinstance(error, Exception):  # SystemExit & co.: not re-raised in the caller's thread
+                stopped = DecodeFailed(f"the request's on_step raised {error!r}")
+                stopped.__cause__ = error
+                error = stopped
+            request.fail(error)
             return False
         return True
 

@@ -137,10 +137,8 @@ class LaneGroup:
         if window is not None:
             stepper.window = window
         if self.cuda_graphs:
-            shape = (
-                size,
-                window,
-            )  # the adaptive mode's window changes the step's shapes; a sampler's is fixed
+            # the adaptive mode's window changes the step's shapes; a sampler's is fixed
+            shape = (size, window)
             if shape not in self.runners:  # made before `advance` reserves: it sets the span sizes captured
                 self.runners[shape] = CudaGraphRunner(decode.session)
             decode.trace.runner = self.runners[shape]

@@ -3,7 +3,8 @@
 A model family subclasses `BaseARPipeline` and fills in five hooks: the grid for a requested size,
 the prompt layout (`encode_prompts`), the session adapter, the image layout and the image tokenizer.
 Everything a sampler does happens behind the decoding session (`arjet.session`); the call's arguments
-are declared and checked in `inputs.py`, a call's AR stage (a session per grid, the step callback) is `ar_stage.py`.
+are declared and checked in `inputs.py`, a call's AR stage (a session per grid, the step callback) is
+`ar_stage.py`.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from .loading import is_packaged
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
-# a config's layer counts; above LAYER_PROBE of one, the model's size is extrapolated before it is built
-# counts a model repeats a block by (its size grows with each); `num_res_blocks`: a VQ model's per resolution
+# a config's layer counts (a block repeated that many times; `num_res_blocks`: a VQ model's per resolution);
+# above LAYER_PROBE of one, the model's size is extrapolated before it is built
 LAYER_FIELDS = (
     "num_hidden_layers",
     "num_layers",
