@@ -129,6 +129,20 @@ def test_a_call_on_a_model_whose_logits_are_not_finite_fails_instead_of_decoding
         pipe("a red circle", sampler=sampler, seed=0, output_type="latent")
 
 
+@pytest.mark.parametrize("sampler", ["ar", "sjd:window=3", "zipar:w=2"])
+def test_logits_that_overflow_only_on_image_codes_fail_the_call(sampler):
+    """Huge finite weights in Janus's generation aligner leave the prompt's prefill finite (it embeds text)
+    and overflow on the first image code's embedding: every step's logits are flagged, not only the
+    prefill's, or the call decodes code 0 everywhere and succeeds."""
+    pipe = tiny_pipeline("janus", grid=GRID, vocab_size=8, logit_scale=3.0)
+    pipe.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        for weight in pipe.model.model.generation_aligner.parameters():
+            weight.fill_(3e38)
+    with pytest.raises(ValueError, match=r"the model's logits are not finite \(NaN or inf\)"):
+        pipe("a red circle", sampler=sampler, seed=0, output_type="latent")
+
+
 def test_bad_query_shapes_are_rejected():
     _, _, session, _, _ = _setup("janus")
     with pytest.raises(ValueError, match="batch=2"):

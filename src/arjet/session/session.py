@@ -62,7 +62,7 @@ class Misuse(IntEnum):
     BEYOND_SPAN = 2
     BRANCH_COMMITTED = 3
     BRANCH_OUT_OF_RANGE = 4
-    LOGITS_NOT_FINITE = 5  # not a caller's misuse: the model's (its weights or config), seen in the prefill
+    LOGITS_NOT_FINITE = 5  # not a caller's misuse: the model's (its weights or config), seen in any forward
 
     @property
     def message(self) -> str:
@@ -77,8 +77,8 @@ _MISUSE_MESSAGES = {
     Misuse.BRANCH_OUT_OF_RANGE: "a branch index was outside the reserved branch slots",
     Misuse.LOGITS_NOT_FINITE: (
         "the model's logits are not finite (NaN or inf): its weights or its config (a norm's epsilon, say) "
-        "make its forward overflow or divide by zero; got them in the prompt's prefill, before the image's "
-        "first code. Load a checkpoint whose weights and config are sound"
+        "make its forward overflow or divide by zero (in the prompt's prefill or on the image's codes). Load "
+        "a checkpoint whose weights and config are sound"
     ),
 }
 
@@ -243,6 +243,7 @@ class DecodingSession:
         hidden = hidden.gather(1, last[..., None].expand(-1, -1, hidden.shape[-1]))
         self.last_hidden = hidden
         guided = self.guide(self.adapter.code_logits(hidden).float())
+        self._flag_not_finite(guided, inputs.has_input)
         first = torch.where((cells == 0)[..., None], self.first_logits[:, None, :], 0.0)
         reach = torch.where(inputs.real, inputs.home, 0).amax().view(1)
         self.frontier.copy_(torch.maximum(self.frontier, reach))
@@ -358,11 +359,15 @@ class DecodingSession:
         self._flag_not_finite(self.first_logits)
 
     # -- internals ---------------------------------------------------------------------------------
-    def _flag_not_finite(self, logits: torch.Tensor) -> None:
-        """Flag prefill logits that hold a NaN or an infinity (NaN weights, an epsilon of NaN, weights so
-        large the forward overflows), which would decode every code as 0: on the device, read with the
-        other flags at the next status read, never here."""
-        self.misuse[Misuse.LOGITS_NOT_FINITE] |= ~torch.isfinite(logits).all()
+    def _flag_not_finite(self, logits: torch.Tensor, queried: torch.Tensor | None = None) -> None:
+        """Flag logits `[B, (n,) V]` that hold a NaN or an infinity where `queried [B, n]` (NaN weights, an
+        epsilon of NaN, weights so large the forward overflows, perhaps only on image codes' embeddings and
+        so only after the prefill), which would decode every code as 0: on the device, read with the other
+        flags at the next status read, never here."""
+        finite = torch.isfinite(logits).all(-1)
+        if queried is not None:
+            finite |= ~queried
+        self.misuse[Misuse.LOGITS_NOT_FINITE] |= ~finite.all()
 
     def _side_by_side(self, prefix: Prefix) -> Prefix:
         """`[cond; uncond]` rows reordered so that each image's two rows sit side by side."""
