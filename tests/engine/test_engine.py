@@ -304,6 +304,26 @@ def test_lanes_are_bounded_and_must_fit_in_memory(monkeypatch):
     Engine(pipe, lanes=1, prompt_tokens=8, max_groups=1)  # a few kB fit
 
 
+def test_the_lane_memory_check_sizes_the_cache_in_the_ar_models_dtype(monkeypatch):
+    """GLM-Image's first component (what `pipe.dtype` reads) is its text encoder, not the AR model whose
+    KV cache the lanes hold: the estimate takes the AR model's dtype."""
+    from arjet.engine import lanes as lanes_module
+
+    pipe = tiny_pipeline("glm_image", grid=GRIDS["glm_image"], vocab_size=8)
+    pipe.text_encoder.to(torch.float16)
+    assert pipe.dtype == torch.float16
+    seen = []
+
+    def spy(config, dtype):
+        seen.append(dtype)
+        return kv_bytes_per_token(config, dtype)
+
+    kv_bytes_per_token = lanes_module.kv_bytes_per_token
+    monkeypatch.setattr(lanes_module, "kv_bytes_per_token", spy)
+    Engine(pipe, lanes=1, prompt_tokens=8, max_groups=1)
+    assert seen == [torch.float32]
+
+
 def test_an_engine_takes_a_config_and_overrides():
     """`Engine(pipe, config, **overrides)`: a named config (the faces' defaults) with fields replaced; the
     flat keywords alone keep working, and the bounds are `arjet.limits`'."""

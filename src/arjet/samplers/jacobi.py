@@ -6,7 +6,7 @@ Notation (Teng et al., ICLR 2025, §3; `...` is any leading batch shape: `[B]` i
 
 | here                     | paper (symbol)                      | shape         |
 |--------------------------|-------------------------------------|---------------|
-| `L` (window)             | `L`: position `j` predicts `n + j`  |               |
+| `L` (positions)          | `L`: position `j` predicts `n + j`  |               |
 | `n`                      | `n`: the next undecoded cell        | `[...]`       |
 | `S = L - 1`              | draft slots (slot `j`: cell `n + j`)|               |
 | `V`                      | the image vocabulary                |               |
@@ -203,7 +203,7 @@ class Verdict:
 @dataclass
 class JacobiOutcome:
     advanced: torch.Tensor  # [...] cells committed (accepted drafts + the resampled / bonus code, if any)
-    committed: torch.Tensor  # [..., L] bool: window positions committed
+    committed: torch.Tensor  # [..., L] bool: positions committed
     codes: torch.Tensor  # [..., L] the code of each committed position
     accepted: torch.Tensor  # [...] drafts accepted
     next_drafts: torch.Tensor  # [..., S] draft of slot i in the next window (where `carried`)
@@ -239,11 +239,11 @@ def resample(
     """Resample and commit after `verdict` on the drafts `path [..., L - 1]`: the failed position draws from
     `verdict.rest`; if every usable draft passed, the next position gives a bonus code from `p [..., L, V]`
     where it is valid (`valid [..., L]`); `u_draw [..., L]`. Returns `(advanced [...], committed [..., L],
-    codes [..., L])`: cells committed, the window positions committed, and their codes."""
-    window = p.shape[-2]
-    positions = torch.arange(window, device=p.device)
+    codes [..., L])`: cells committed, the positions committed, and their codes."""
+    last = p.shape[-2] - 1  # L - 1
+    positions = torch.arange(last + 1, device=p.device)
     accepted, rejected = verdict.accepted, verdict.rejected
-    at = accepted.clamp(max=window - 1)
+    at = accepted.clamp(max=last)
     token_valid = rejected | valid.gather(-1, at[..., None]).squeeze(-1)
     dist = torch.where(rejected[..., None], verdict.rest, _take(p, at))
     token = sample(dist, u_draw.gather(-1, at[..., None]).squeeze(-1))
@@ -269,9 +269,8 @@ def redraft(
     cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell reaches `carry_limit
     [...]` keep their drafts. Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])`
     (`carried`: the slot took a new draft)."""
-    window = p.shape[-2]
-    slots = window - 1
-    positions = torch.arange(window, device=p.device)
+    slots = p.shape[-2] - 1  # S = L - 1
+    positions = torch.arange(slots + 1, device=p.device)
     samples = sample(p, uniforms.draw)
     if coupling and slots:
         coupled = couple(
@@ -284,7 +283,7 @@ def redraft(
         samples = torch.cat([coupled, samples[..., slots:]], -1)
     source = advanced[..., None] + positions[:slots]
     carried = source < carry_limit[..., None]
-    source = source.clamp(max=window - 1)
+    source = source.clamp(max=slots)
     next_drafts = torch.where(carried, samples.gather(-1, source), drafts.codes)
     carried_q = p.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
     next_proposals = torch.where(carried[..., None], carried_q, drafts.proposals)
@@ -377,22 +376,27 @@ def uses_top1(scheme: str) -> bool:
 
 def guess(
     drafts: Drafts,
+    cells: torch.Tensor,
+    decode: Decode,
     *,
     scheme: str,
-    cells: torch.Tensor,
-    inside: torch.Tensor,
     fresh: torch.Tensor,
-    codes: torch.Tensor,
     top1: torch.Tensor | None,
-    width: int,
     u: torch.Tensor,
     uniform: bool = True,
+    end: torch.Tensor | int | None = None,
 ) -> None:
-    """Give the `fresh [..., S]` slots of `drafts` their initial guesses and the proposals they were drawn
-    from, in place. `cells [B, R, S]`: the cell each slot guesses; `inside`: slots inside the image (kept drafts
-    there are what fresh slots see beside the committed `codes [B, N]`); `uniform`: whether a random guess
-    keeps its uniform proposal (else a point mass, see `AcceptanceRule.uniform_guesses`). Other arguments as
-    `fill_guesses`."""
+    """Give the `fresh [..., S]` slots of `drafts` whose cells `cells [B, ..., S]` lie before `end` (default:
+    the image's cell count) their initial guesses and the proposals they were drawn from, in place, from
+    what `decode` has committed and the drafts already kept before `end` (what fresh slots see). `top1`: the
+    latest argmax per cell (`uses_top1` schemes); `u`: uniforms like `fresh`; `uniform`: whether a random
+    guess keeps its uniform proposal (else a point mass, see `AcceptanceRule.uniform_guesses`)."""
+    if not cells.shape[-1]:
+        return
+    session = decode.session
+    inside = cells < (session.num_cells if end is None else end)
+    fresh = fresh & inside
+    codes = decode.trace.codes
     vocab_size = drafts.proposals.shape[-1]
     board = torch.cat([codes, torch.full_like(codes[:, :1], -1)], 1)
     scatter_where(board, cells, drafts.codes, inside & ~fresh)
@@ -403,7 +407,7 @@ def guess(
         cells=cells,
         board=board[:, :-1],
         top1=top1,
-        width=width,
+        width=session.grid[1],
         vocab_size=vocab_size,
         u=u,
     )
@@ -493,36 +497,3 @@ def scatter_where(
     scratch = target.shape[1] - 1
     target.scatter_(1, torch.where(where, cells, scratch).flatten(1), values.flatten(1).to(target.dtype))
     target[:, scratch] = -1 if target.dtype == torch.long else 0
-
-
-def guess_window(
-    drafts: Drafts,
-    start: torch.Tensor,
-    decode: Decode,
-    *,
-    scheme: str,
-    fresh: torch.Tensor,
-    top1: torch.Tensor,
-    u: torch.Tensor,
-    uniform: bool = True,
-) -> None:
-    """`guess` for one window per image whose `S` slots guess the cells `start [B]`, `start + 1`, ...: its
-    `fresh [B, S]` slots inside the image get initial guesses from what `decode` has committed."""
-    slots = drafts.codes.shape[-1]
-    if not slots:
-        return
-    session = decode.session
-    cells = start[:, None] + torch.arange(slots, device=start.device)
-    inside = cells < session.num_cells
-    guess(
-        drafts,
-        scheme=scheme,
-        cells=cells,
-        inside=inside,
-        fresh=inside & fresh,
-        codes=decode.trace.codes,
-        top1=top1,
-        width=session.grid[1],
-        u=u,
-        uniform=uniform,
-    )

@@ -16,8 +16,8 @@ shared pieces' symbols):
 |                             | predicts cell `n + j`                          |              |
 | `slots` (`S = L - 1`)       | draft slots (slot `j`: cell `n + j`)           |              |
 | `n`                         | `n`: the next undecoded cell of each image     | `[B]`        |
-| `window_cells`              | `n, n + 1, ..., n + L - 1`                     | `[B, L]`     |
-| `in_window`                 | positions whose cell is inside the image       | `[B, L]`     |
+| `position_cells`            | `n, n + 1, ..., n + L - 1`                     | `[B, L]`     |
+| `in_image`                  | positions whose cell is inside the image       | `[B, L]`     |
 | `drafts.codes`              | `x̃_{n+j}`                                      | `[B, S]`     |
 | `drafts.proposals` (`q`)    | `p_θ^{(k-1)}(·)`: what each draft was drawn    | `[B, S, V]`  |
 |                             | from                                           |              |
@@ -56,7 +56,7 @@ from .jacobi import (
     RuleContext,
     RuleSampler,
     Uniforms,
-    guess_window,
+    guess,
     redraft,
     resample,
     scatter_where,
@@ -145,13 +145,13 @@ class WindowStepper(Stepper):
         drafts = self.drafts if slots == self.slots else self.drafts.slots(slice(None, slots))  # [B, S]
         active = self.n < cells  # [B]
         length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # [B] window cells in the image
-        in_window = positions < length[:, None]  # [B, L]
-        window_cells = self.n[:, None] + positions  # [B, L]
+        in_image = positions < length[:, None]  # [B, L]
+        position_cells = self.n[:, None] + positions  # [B, L]
         last = trace.codes.gather(1, (self.n - 1)[:, None]).clamp(min=0)  # [B, 1]
 
         # 2. forward: one pass over the window; position j predicts cell n + j
         logits = session.logits(
-            torch.where(in_window, window_cells, -1),
+            torch.where(in_image, position_cells, -1),
             torch.cat([last, drafts.codes], 1),
             row_ends=self.row_ends,
         )  # [B, L, V]
@@ -162,14 +162,14 @@ class WindowStepper(Stepper):
         if self.soft_policy is not None:
             context.soft_p = self.soft_policy.probs(logits[:, :slots])  # [B, S, V]
         if uses_top1(sampler.init):
-            scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+            scatter_where(self.top1, position_cells, p.argmax(-1), in_image)
         u_accept, u_draw, u_couple, u_guess = self.decode.random.uniform(4, window).unbind(1)  # [B, L] each
 
         # 4. verify: drafts pass left to right while u·q(x) < t(x) (the rule's target t: p when exact)
         verdict = verify(
             p[:, :slots],
             drafts,
-            usable=in_window[:, :slots],
+            usable=in_image[:, :slots],
             rule=sampler.acceptance,
             context=context,
             u_accept=u_accept[:, :slots],
@@ -177,12 +177,12 @@ class WindowStepper(Stepper):
 
         # 5. resample: the first rejected position from norm(max(0, t - q)), else a bonus code from p
         advanced, committed, codes = resample(
-            p, drafts.codes, valid=in_window, verdict=verdict, u_draw=u_draw
+            p, drafts.codes, valid=in_image, verdict=verdict, u_draw=u_draw
         )  # [B], [B, L], [B, L]
 
         # 6. commit: the accepted drafts' inputs to the cache, the committed codes to the trace
-        session.commit(in_window & (positions <= verdict.accepted[:, None]))
-        trace.commit(torch.where(committed, window_cells, -1), codes)
+        session.commit(in_image & (positions <= verdict.accepted[:, None]))
+        trace.commit(torch.where(committed, position_cells, -1), codes)
         self.n += advanced
 
         # 7. re-draft: every later position's sample from p (coupled with its old draft: MC-SJD) becomes the
@@ -207,9 +207,9 @@ class WindowStepper(Stepper):
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """`jacobi.guess` over the window's slots (cells `n`, `n + 1`, ...): the `fresh [B, S]` slots inside
         the image get initial guesses, with the proposals they were drawn from, from the uniforms `u [B, S]`."""
-        guess_window(
+        guess(
             self.drafts,
-            self.n,
+            self.n[:, None] + self.positions[: self.slots],  # [B, S]
             self.decode,
             scheme=self.sampler.init,
             fresh=fresh,

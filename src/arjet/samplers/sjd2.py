@@ -158,11 +158,11 @@ class DenoisingStepper(Stepper):
         cells = session.num_cells
         active = self.n < cells  # [B]
         length = torch.where(active, (cells - self.n).clamp(max=window), 0)  # [B] window cells in the image
-        window_cells = self.n[:, None] + positions  # [B, L]
-        in_window = positions < length[:, None]  # [B, L]
+        position_cells = self.n[:, None] + positions  # [B, L]
+        in_image = positions < length[:, None]  # [B, L]
 
         # 1. noisy inputs: the last committed code, then each slot's draft (clean) or its e_t (noisy)
-        query_cells = torch.where(in_window, window_cells, -1)  # [B, L]
+        query_cells = torch.where(in_image, position_cells, -1)  # [B, L]
         last = trace.codes.gather(1, (self.n - 1).clamp(min=0)[:, None]).clamp(min=0)  # [B, 1]
         noisy = self.level > 0  # [B, S]
         inputs = torch.cat([last, drafts.codes], 1)  # [B, L]
@@ -184,7 +184,7 @@ class DenoisingStepper(Stepper):
         p = self.decode.policy.probs(logits)  # [B, L, V]
         # a position's p is a valid target only while every input before it is clean
         clean_before = torch.cat([torch.ones_like(noisy[:, :1]), (~noisy).long().cumprod(1).bool()], 1)
-        valid = in_window & clean_before  # [B, L]
+        valid = in_image & clean_before  # [B, L]
         u_accept, u_draw, u_couple, u_fresh = self.decode.random.uniform(4, window).unbind(1)  # [B, L] each
 
         # 4. verify: drafts pass left to right while u·q(x) < p(x), up to the first noisy input
@@ -204,8 +204,8 @@ class DenoisingStepper(Stepper):
 
         # 6. commit: the accepted clean inputs to the cache, the committed codes to the trace
         fed_clean = torch.cat([torch.ones_like(noisy[:, :1]), ~noisy], 1)  # [B, L]
-        session.commit((positions <= verdict.accepted[:, None]) & fed_clean & in_window)
-        trace.commit(torch.where(committed & in_window, window_cells, -1), codes)
+        session.commit((positions <= verdict.accepted[:, None]) & fed_clean & in_image)
+        trace.commit(torch.where(committed & in_image, position_cells, -1), codes)
         self.n += advanced
 
         # 7. slide and denoise: every slot's new draft is its cell's sample from p (coupled with the old draft:

@@ -78,7 +78,7 @@ from .jacobi import (
     Uniforms,
     Verdict,
     draw_candidates,
-    guess_window,
+    guess,
     redraft,
     resample,
     scatter_where,
@@ -366,8 +366,8 @@ class TreeStepper(Stepper):
         line = torch.cat([walk.line, beyond], 1)  # [B, M] the node whose output predicts each position
         p = t.gather(1, line[..., None].expand(-1, -1, t.shape[-1]))  # [B, M, V]
         if self.tracks_top1:
-            window_cells = n[:, None] + self.positions
-            scatter_where(self.top1, window_cells, p.argmax(-1), valid)
+            position_cells = n[:, None] + self.positions
+            scatter_where(self.top1, position_cells, p.argmax(-1), valid)
 
         # 5. verify the main chain past the tree, as SJD does (where the walk stayed on it)
         chain = verify(
@@ -400,8 +400,8 @@ class TreeStepper(Stepper):
         )
         keep = torch.cat([refed, keep_nodes, off_main], 1)  # [B, Q]
         session.commit(keep)
-        window_cells = n[:, None] + self.positions
-        trace.commit(torch.where(outcome.committed, window_cells, -1), outcome.codes)
+        position_cells = n[:, None] + self.positions
+        trace.commit(torch.where(outcome.committed, position_cells, -1), outcome.codes)
         self.pending.copy_(torch.where(active, outcome.advanced - 1 - kept_main, 0).clamp(min=0))
         self.n += outcome.advanced
 
@@ -446,9 +446,9 @@ class TreeStepper(Stepper):
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """Initial guesses (`jacobi.guess`), with the proposals they were drawn from, for the `fresh [B, S]`
         slots inside the image (slot `j` guesses cell `n + j`), drawn with the uniforms `u [B, S]`."""
-        guess_window(
+        guess(
             self.drafts,
-            self.n,
+            self.n[:, None] + self.positions[: self.slots],  # [B, S]
             self.decode,
             scheme=self.scheme,
             fresh=fresh,

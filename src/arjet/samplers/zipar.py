@@ -41,8 +41,8 @@ vocabulary; `jacobi.py` has the shared pieces' symbols, `sjd.py` SJD's):
 | `window` (`L`)              | the SJD window of the `verify` option (1:      |                 |
 |                             | plain ZipAR)                                   |                 |
 | `slots` (`S = L - 1`)       | draft slots of each row                        |                 |
-| `window_cells`              | `n, n + 1, ..., n + L - 1`                     | `[B, A, L]`     |
-| `in_window`                 | positions whose cell is inside the row         | `[B, A, L]`     |
+| `position_cells`            | `n, n + 1, ..., n + L - 1`                     | `[B, A, L]`     |
+| `in_row`                    | positions whose cell is inside the row         | `[B, A, L]`     |
 | `placeholder`               | a row start fed the latest code of the row     | `[B, A]`        |
 |                             | above for its missing predecessor (ephemeral)  |                 |
 | `flush`                     | a complete row's last code, fed for the row    | `[B, A]`        |
@@ -283,10 +283,10 @@ class RowStepper(Stepper):
         placeholder = active & (self.n > 0) & (previous_code < 0)  # [B, A]
         last = torch.where(placeholder, self._latest_code_above(), previous_code)  # [B, A]
         flush = self._needs_flush() & ~trace.done[:, None]  # [B, A]
-        window_cells = self.n[..., None] + positions  # [B, A, L]
-        in_window = positions < length[..., None]  # [B, A, L]
+        position_cells = self.n[..., None] + positions  # [B, A, L]
+        in_row = positions < length[..., None]  # [B, A, L]
         query_cells = torch.cat(
-            [torch.where(in_window, window_cells, -1), torch.where(flush, end, -1)[..., None]], -1
+            [torch.where(in_row, position_cells, -1), torch.where(flush, end, -1)[..., None]], -1
         )  # [B, A, L + 1]
         flush_code = trace.codes.gather(1, (end - 1).clamp(min=0)).clamp(min=0)  # [B, A]
         inputs = torch.cat([last.clamp(min=0)[..., None], self.drafts.codes, flush_code[..., None]], -1)
@@ -310,7 +310,7 @@ class RowStepper(Stepper):
         if self.soft_policy is not None:
             context.soft_p = self.soft_policy.probs(logits[..., :slots, :])  # [B, A, S, V]
         if self.track_top1:
-            scatter_where(self.top1, window_cells, p.argmax(-1), in_window)
+            scatter_where(self.top1, position_cells, p.argmax(-1), in_row)
         uniforms = self.decode.random.uniform(self.row_slots, 4, window)  # [B, A, 4, L]
         u_accept, u_draw, u_couple, u_guess = uniforms.unbind(2)  # [B, A, L] each
 
@@ -319,7 +319,7 @@ class RowStepper(Stepper):
         verdict = verify(
             p[..., :slots, :],
             self.drafts,
-            usable=in_window[..., :slots],
+            usable=in_row[..., :slots],
             rule=verifier.acceptance,
             context=context,
             u_accept=u_accept[..., :slots],
@@ -327,16 +327,16 @@ class RowStepper(Stepper):
 
         # 5. resample: the first rejected position from norm(max(0, t - q)), else a bonus code from p
         advanced, committed, codes = resample(
-            p, self.drafts.codes, valid=in_window, verdict=verdict, u_draw=u_draw
+            p, self.drafts.codes, valid=in_row, verdict=verdict, u_draw=u_draw
         )  # [B, A], [B, A, L], [B, A, L]
 
         # 6. commit: the inputs that fed committed cells (not a placeholder) and the flushes to the cache, and
         #    mark their cells fed; the committed codes to the trace
-        used = in_window & (positions <= verdict.accepted[..., None]) & ~ephemeral[..., :window]  # [B, A, L]
+        used = in_row & (positions <= verdict.accepted[..., None]) & ~ephemeral[..., :window]  # [B, A, L]
         keep = torch.cat([used, flush[..., None]], -1)  # [B, A, L + 1]
         session.commit(keep.flatten(1))
         scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
-        trace.commit(torch.where(committed, window_cells, -1).flatten(1), codes.flatten(1))
+        trace.commit(torch.where(committed, position_cells, -1).flatten(1), codes.flatten(1))
         self.n += advanced
 
         # 7. re-draft and new rows: a row starts where the row above leads by its lag and its slot is free;
@@ -380,19 +380,16 @@ class RowStepper(Stepper):
         and for the `fresh [B, A, S]` slots of running rows, drawn with the uniforms `u [B, A, >= S]`."""
         if not self.slots:
             return
-        cells = self.n[..., None] + self.positions[: self.slots]  # [B, A, S]
-        inside = cells < self.slot_end[..., None]
         guess(
             self.drafts,
+            self.n[..., None] + self.positions[: self.slots],  # [B, A, S]
+            self.decode,
             scheme=self.verify.init,
-            cells=cells,
-            inside=inside,
-            fresh=inside & (newly[..., None] | fresh),
-            codes=self.decode.trace.codes,
+            fresh=newly[..., None] | fresh,
             top1=self.top1 if self.track_top1 else None,
-            width=self.width,
             u=u[..., : self.slots],
             uniform=self.verify.acceptance.uniform_guesses,
+            end=self.slot_end[..., None],
         )
 
     def _needs_flush(self) -> torch.Tensor:
