@@ -131,6 +131,21 @@ class AcceptanceRule(Part):
         target = self.target(p, q, context)
         return target.gather(-1, drafts[..., None]).squeeze(-1), residual(target, q)
 
+    def acceptance(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
+        """`a [..., V]`: the probability that a draft of each code `y ~ q [..., V]` passes against `p [..., V]`,
+        `min(1, t(y) / q(y))` (any value where `q(y) = 0`: such a code is never drawn). A rule whose `verify`
+        makes the target depend on the draft overrides it."""
+        target = self.target(p, q, context)
+        return torch.where(q > 0, target / q.clamp(min=torch.finfo(q.dtype).tiny), 1.0).clamp(max=1.0)
+
+    def tv_bound(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
+        """`[...]`: a bound on the total variation from `p` of the code one position commits when a draft
+        `~ q` is verified by this rule and a rejection resamples from the exact residual:
+        `sum_y q(y) |a(y) - min(1, p(y) / q(y))|` (`acceptance` for `a`; 0 for the exact rule). Over a decode
+        the total variation of the whole image is at most the sum over the positions verified."""
+        exact = Exact.acceptance(Exact(), p, q, context)
+        return (q * (self.acceptance(p, q, context) - exact).abs()).sum(-1)
+
 
 @dataclass(frozen=True)
 class Exact(AcceptanceRule):
