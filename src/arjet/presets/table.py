@@ -80,9 +80,9 @@ def _frozen(**kwargs: Any) -> Mapping[str, Any]:
 _JANUS_VQ = dict(
     embed_dim=8,  # deepseek-ai/Janus-Pro-*/config.json gen_vision_config.params.n_embed
     num_embeddings=16384,  # ... gen_vision_config.params.image_token_size
-    latent_channels=256,  # LlamaGen VQ-16 (JanusVQVAEConfig default, docs/models.md 3.1: z_channels 256)
+    latent_channels=256,  # LlamaGen VQ-16 (JanusVQVAEConfig default; deepseek-ai/Janus's VQ_16: z_channels 256)
     base_channels=128,  # JanusVQVAEConfig default
-    channel_multiplier=(1, 1, 2, 2, 4),  # VQ-16: 16x downsampling (JanusVQVAEConfig default, models.md 3.1)
+    channel_multiplier=(1, 1, 2, 2, 4),  # VQ-16: 16x downsampling (JanusVQVAEConfig default; Janus's VQ_16)
     num_res_blocks=2,  # JanusVQVAEConfig default
     num_hidden_layers=2,  # gen_aligner_config.params.depth
 )
@@ -113,7 +113,7 @@ JANUS_PRO_7B = Preset(
     ),
     codebook=16384,  # gen_head_config.params.image_token_size
     downsample=16,
-    default_size=384,  # 24x24 = 576 image tokens (docs/models.md 3.1)
+    default_size=384,  # 24x24 = 576 image tokens (deepseek-ai/Janus: 384 px images, 16x downsampling)
     vq=_frozen(
         **_JANUS_VQ, projection_dim=4096, image_token_embed_dim=4096
     ),  # gen_aligner / gen_head n_embed
@@ -159,7 +159,7 @@ EMU3_GEN = Preset(
     checkpoint="BAAI/Emu3-Gen-hf",
     # BAAI/Emu3-Chat config.json (same 8B architecture; max_position_embeddings 131072 there) and
     # Emu3TextConfig's defaults (transformers' Emu3 port) for Gen: max_position_embeddings 9216, as in the
-    # Emu3-Gen derivative lodrick-the-lafted/Emu3-Gen-12B config.json and docs/models.md 4.1
+    # Emu3-Gen derivative lodrick-the-lafted/Emu3-Gen-12B config.json and baaivision/Emu3's LM config
     decoder=DecoderDims(
         layers=32,
         hidden=4096,
@@ -173,7 +173,7 @@ EMU3_GEN = Preset(
     ),
     codebook=32768,
     downsample=8,
-    default_size=720,  # image_area 518400 = 720 x 720 (the Emu3-Gen-12B derivative's config; docs/models.md 4.1)
+    default_size=720,  # image_area 518400 = 720 x 720 (the Emu3-Gen-12B derivative's config; baaivision/Emu3's default)
     # BAAI/Emu3-VisionTokenizer config.json: codebook_size 32768, embed_dim 4, z_channels 4, ch 256,
     # ch_mult [1, 2, 2, 4], num_res_blocks 2, attn_resolutions [3], temporal_downsample_factor 4
     vq=_frozen(
@@ -218,7 +218,7 @@ LUMINA_MGPT_7B_768 = Preset(
     ),
     codebook=8192,
     downsample=16,
-    default_size=768,  # 48x48 codes, 48 rows x 49 tokens = 2352 (docs/models.md 2.3)
+    default_size=768,  # 48x48 codes, 48 rows x 49 tokens = 2352 (Lumina-mGPT's item_processor.py layout)
     # Meta's vqgan.yaml as mirrored by leloy/Anole-7b-v0.1-vqvae-hf config.json (ch 128, ch_mult
     # [1, 1, 2, 2, 4], num_res_blocks 2, attn_resolutions [], z_channels 256, embed_dim 256, n_embed 8192,
     # resolution 512): the arguments of arjet's ChameleonVQGAN
