@@ -8,6 +8,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `arjet` runs: a core t
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -104,8 +105,70 @@ def pytest_unconfigure(config):
         os.environ["GRADIO_TEMP_DIR"] = before
 
 
+# -- the fast lane ----------------------------------------------------------------------------------------
+# `pytest -m "not slow"` runs every package's quick tests in a few minutes; the whole suite (what CI runs)
+# runs these too. They are named here, by file or as `file::test` (every parameter of it), rather than
+# marked in each file: a test is in the fast lane unless this table (or its own `@pytest.mark.slow`) says
+# otherwise.
+TESTS = Path(__file__).resolve().parent
+SLOW = frozenset(
+    {
+        # statistical: chi-square tests of a sampler's codes against the exact distribution, and their controls
+        "samplers/test_lossless.py",
+        "samplers/test_speculative.py::test_simulated_speculative_step_matches_the_target",
+        "samplers/test_speculative.py::test_point_mass_drafts_match_the_target",
+        "samplers/test_speculative.py::test_negative_control_wrong_speculative_steps_are_rejected",
+        "samplers/test_speculative.py::test_coupled_redraft_has_marginal_p_and_is_maximally_coupled",
+        "samplers/test_speculative.py::test_negative_control_coupling_without_the_residual_is_rejected",
+        "samplers/test_sjd_pac.py::test_recursive_rejection_over_siblings_gives_exactly_the_target",
+        "samplers/test_sjd_pac.py::test_negative_control_a_wrong_sibling_rule_is_rejected",
+        "samplers/test_sjd_pac.py::test_siblings_from_another_proposal_give_exactly_the_target",
+        "samplers/test_sjd_pac.py::test_negative_control_siblings_declared_drawn_from_the_main_proposal_are_rejected",
+        "samplers/test_sjd2.py::test_sjd2_is_lossless_with_respect_to_the_noise_conditioned_model",
+        "samplers/test_lantern.py::test_the_tv_form_keeps_every_token_within_delta_of_p_on_a_model",
+        "engine/test_adaptive_mode.py",
+        "pipelines/test_janus_reference.py::test_sampling_distribution_matches_transformers_generate",
+        # golden: every sampler on every family's tiny pipeline and the built-in models, code for code
+        "samplers/test_golden.py",
+        # subprocesses: a fresh interpreter, `arjet` killed midway, processes under accelerate
+        "cli/test_main.py::test_help_imports_nothing_heavy",
+        "cli/test_main.py::test_python_m_arjet_is_the_command_line",
+        "cli/test_threads.py::test_the_process_entry_makes_openmp_wait_passively_before_torch_loads",
+        "eval/test_run_folder.py::test_a_second_eval_into_a_busy_folder_is_refused_before_any_work",
+        "eval/test_runner.py::test_a_run_killed_midway_and_resumed_equals_an_uninterrupted_run",
+        "eval/test_runner.py::test_a_batched_run_keeps_its_lanes_full_and_equals_one_image_at_a_time",
+        "eval/test_runner.py::test_two_processes_under_accelerate_launch_equal_one_process",
+        "test_package.py::test_parts_are_attributes_after_a_bare_import",
+        "train/test_workers.py",
+        # training: every stage for a few steps
+        "train/test_stages.py",
+        "train/test_drafter_training.py",
+        "train/test_sjd2_training.py",
+        # the browser, the notebooks, the docs site
+        "app/test_browser.py",
+        "test_notebooks.py::test_a_notebook_runs_offline_on_the_built_in_model",
+        "test_docs.py::test_the_site_builds_strictly",
+    }
+)
+
+
+def listed_slow(item) -> bool:
+    """Whether the fast lane's table names this test: its file, or `file::name` (without parameters)."""
+    try:
+        path = item.path.relative_to(TESTS).as_posix()
+    except ValueError:  # a test outside tests/
+        return False
+    return path in SLOW or f"{path}::{getattr(item, 'originalname', item.name)}" in SLOW
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `cuda` skip where there is no CUDA device."""
+    """The fast lane's table marks its tests `slow`; tests marked `cuda` skip where there is no CUDA
+    device."""
+    slow = pytest.mark.slow
+    for item in items:
+        if listed_slow(item):
+            item.add_marker(slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

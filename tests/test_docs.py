@@ -77,6 +77,20 @@ def test_the_checks_find_what_they_look_for():
     assert missing_paths("logs under `artifacts/<stage>`, `--out /models/x`") == []
 
 
+def test_the_fast_lanes_table_names_only_tests_that_exist():
+    """Contributing's fast lane is `tests/conftest.py`'s table: a renamed or moved test must not silently
+    fall back into the fast lane."""
+    from conftest import SLOW, TESTS
+
+    stale = []
+    for entry in sorted(SLOW):
+        path, _, name = entry.partition("::")
+        file = TESTS / path
+        if not file.is_file() or (name and not re.search(rf"^def {name}\(", file.read_text(), re.M)):
+            stale.append(entry)
+    assert not stale
+
+
 @pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
