@@ -144,8 +144,11 @@ SLOW = frozenset(
         "train/test_stages.py",
         "train/test_drafter_training.py",
         "train/test_sjd2_training.py",
-        # the browser, the notebooks, the docs site
+        # end to end: the demo served and driven by a client or a browser, a request left to time out
+        "app/test_ui.py",
         "app/test_browser.py",
+        "app/test_limits.py::test_a_long_request_is_cancelled_and_the_next_one_completes",
+        # the notebooks, the docs site
         "test_notebooks.py::test_a_notebook_runs_offline_on_the_built_in_model",
         "test_docs.py::test_the_site_builds_strictly",
     }

@@ -77,15 +77,20 @@ def test_the_checks_find_what_they_look_for():
     assert missing_paths("logs under `artifacts/<stage>`, `--out /models/x`") == []
 
 
-def test_the_fast_lanes_table_names_only_tests_that_exist():
+def test_the_fast_lanes_table_names_only_tests_that_exist(pytestconfig):
     """Contributing's fast lane is `tests/conftest.py`'s table: a renamed or moved test must not silently
     fall back into the fast lane."""
-    from conftest import SLOW, TESTS
-
+    # the module pytest loaded (`import conftest` may find another folder's conftest.py first)
+    tests = ROOT / "tests"
+    (conftest,) = [
+        plugin
+        for plugin in pytestconfig.pluginmanager.get_plugins()
+        if getattr(plugin, "__file__", None) == str(tests / "conftest.py")
+    ]
     stale = []
-    for entry in sorted(SLOW):
+    for entry in sorted(conftest.SLOW):
         path, _, name = entry.partition("::")
-        file = TESTS / path
+        file = tests / path
         if not file.is_file() or (name and not re.search(rf"^def {name}\(", file.read_text(), re.M)):
             stale.append(entry)
     assert not stale
