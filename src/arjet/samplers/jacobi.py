@@ -152,6 +152,29 @@ class Exact(AcceptanceRule):
     """Lossless verification: the target is `p` itself."""
 
 
+class RelaxedRule(AcceptanceRule):
+    """A relaxed rule given by the probability `a(x)` that a draft `x` passes (GSD, the entropy rule): the step
+    accepts when `u < a(x)` (`t_x = a(x) q(x)`), and a rejection resamples from the exact residual
+    `norm(max(0, p - q))`, which is what `tv_bound` assumes. A subclass gives `acceptance` (every code's
+    `a`); `passing` (the drafts' alone) gathers it unless the subclass has a cheaper way. A random initial
+    guess is declared a point mass, as the published rules verify it (against a uniform proposal the ratio
+    `V * p(x)` would pass almost any code)."""
+
+    uniform_guesses: ClassVar[bool] = False
+
+    def passing(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> torch.Tensor:
+        """`a(x) [...]` for drafts `[...]` drawn from `q [..., V]`, against `p [..., V]`."""
+        return self.acceptance(p, q, context).gather(-1, drafts[..., None]).squeeze(-1)
+
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
+        return self.passing(p, q, drafts, context) * q_x, residual(p, q)
+
+
 class RuleSampler(Sampler):
     """A sampler that verifies its drafts with an `acceptance` rule (a dataclass field of the subclass): the
     rule is checked when the sampler is made and is its one part."""

@@ -63,13 +63,13 @@ is exact greedy, as is `bound="tv"`.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from .codebook import placed
 from .jacobi import AcceptanceRule, RuleContext, residual
 from .options import MAX_SIZE, Option, option
 
@@ -77,7 +77,6 @@ BOUNDS = ("draft", "tv")
 
 _TABLES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _TABLE_CACHE_SIZE = 4
-_PLACED: OrderedDict[tuple, tuple[weakref.ref, torch.Tensor]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -286,18 +285,8 @@ def refusal(name: str, option: str, value: object, drafter: bool) -> str:
 
 
 def _placed_table(codebook: torch.Tensor, k: int, device: torch.device) -> torch.Tensor:
-    """`neighbour_table` on `device`, remembered per codebook object so a decode step reads nothing from
-    the device after the first call."""
-    key = (id(codebook), codebook._version, k, str(device))
-    hit = _PLACED.get(key)
-    if hit is not None and hit[0]() is codebook:
-        _PLACED.move_to_end(key)
-        return hit[1]
-    table = neighbour_table(codebook, k).to(device)
-    _PLACED[key] = (weakref.ref(codebook), table)
-    while len(_PLACED) > _TABLE_CACHE_SIZE:
-        _PLACED.popitem(last=False)
-    return table
+    """`neighbour_table` on `device`, remembered per codebook object (`codebook.placed`)."""
+    return placed(codebook, ("neighbours", k), lambda vectors: neighbour_table(vectors, k), device)
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
