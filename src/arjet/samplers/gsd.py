@@ -38,7 +38,9 @@ import torch
 
 from .codebook import placed
 from .jacobi import RelaxedRule, RuleContext
-from .options import MAX_SIZE, option
+from .options import option
+
+MAX_GROUP = 256  # the paper uses up to 50; every code's group is gathered for the bound, [..., V, group]
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class GSD(RelaxedRule):
         14,
         "codes ranked around the draft that may form its group (the paper's G)",
         minimum=1,
-        maximum=MAX_SIZE,
+        maximum=MAX_GROUP,
     )
     prob_gap: float = option(
         0.15, "the most a member's p may differ from the draft's", minimum=0.0, maximum=1.0
