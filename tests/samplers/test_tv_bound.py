@@ -148,19 +148,59 @@ def test_each_cell_stays_within_the_reported_bound_on_a_model():
     marginals = torch.zeros(grid[0] * grid[1], vocab, dtype=torch.float64)
     for codes, probability in exact_joint(pipe, prompt, grid, policy, 3.0).items():
         marginals[torch.arange(len(codes)), torch.tensor(codes)] += probability
+    sampling = {"guidance_scale": 3.0, "temperature": 0.8, "top_k": 3}
     for rule in (Entropy(e=2.0), GSD(group=3, prob_gap=0.5, distance=None)):
+        sampler = SJD(window=3, acceptance=rule)
         out = pipe(
-            prompt,
-            sampler=SJD(window=3, acceptance=rule),
-            num_images_per_prompt=4000,
-            seed=0,
-            guidance_scale=3.0,
-            temperature=0.8,
-            top_k=3,
-            output_type="latent",
+            prompt, sampler=sampler, num_images_per_prompt=4000, seed=0, output_type="latent", **sampling
         )
         codes = out.codes.flatten(1)
         found = torch.stack([torch.bincount(c, minlength=vocab).double() for c in codes.T]) / len(codes)
         worst = float(_tv(found, marginals).max())
         bound = sum(s.extra["tv_bound"] for s in out.stats) / len(out.stats)
         assert worst <= bound + 0.02, (rule, worst, bound)  # 4000 draws: noise ~0.015
+
+
+# -- the rules' own maths ----------------------------------------------------------------------------------
+def test_gsds_group_is_the_rank_window_kept_by_both_filters():
+    """Codes by ascending p: 5, 4, 3, 2, 1, 0. Draft 2 (rank 3) with group=4 looks at ranks 1..4 (codes 4, 3,
+    2, 1); code 1 differs in p by more than prob_gap, code 4 is far in the codebook: G = {3, 2}."""
+    p = torch.tensor([0.40, 0.30, 0.12, 0.10, 0.05, 0.03])
+    q = torch.tensor([0.10, 0.10, 0.30, 0.30, 0.10, 0.10])
+    line = torch.tensor([[0.0], [0.1], [0.2], [0.3], [5.0], [0.5]])  # mean squared norm ~4.2
+    context = RuleContext(line)
+    rule = GSD(group=4, prob_gap=0.15, distance=0.1)
+    a = rule.acceptance(p, q, context)
+    assert a[2].item() == pytest.approx((0.12 + 0.10) / (0.30 + 0.30))
+    assert rule.passing(p, q, torch.tensor(2), context).item() == pytest.approx(a[2].item())
+    assert GSD(group=4, prob_gap=0.15, distance=None).acceptance(p, q, context)[2].item() == pytest.approx(
+        (0.12 + 0.10 + 0.05) / 0.7
+    )
+    assert a[0].item() == 1.0  # the top code's window is cut at the top: ranks 3..5 only
+    torch.testing.assert_close(GSD(group=1).acceptance(p, q, context), (p / q).clamp(max=1))  # SJD
+
+
+def test_the_entropy_rule_has_its_published_closed_form():
+    """accept iff r > (H/e)(0.5 + (u - 0.5)(1 - H/lam)); with H = e and lam -> inf it is SJD's u < r."""
+    p = torch.tensor([0.5, 0.25, 0.125, 0.125])
+    q = torch.tensor([0.25, 0.25, 0.25, 0.25])
+    entropy = float(Entropy.entropy(p))
+    ratio = (p / q).clamp(max=1)
+    sjd_like = Entropy(e=entropy, lam=1e6).acceptance(p, q, RuleContext())
+    torch.testing.assert_close(sjd_like, ratio, atol=1e-4, rtol=0)
+    u = torch.linspace(0.0005, 0.9995, 1000)[:, None]
+    rule = Entropy(e=2.0, lam=4.0)
+    accepted = ratio > (entropy / 2.0) * (0.5 + (u - 0.5) * (1 - entropy / 4.0))
+    torch.testing.assert_close(
+        rule.acceptance(p, q, RuleContext()), accepted.float().mean(0), atol=2e-3, rtol=0
+    )
+
+
+@pytest.mark.parametrize(
+    ("entropy", "multiplier"), [(0.0, 3.1), (3.0, 2.5 / 2.718281828 + 0.6), (8.0, 0.7737)]
+)
+def test_the_temperature_rule_multiplies_the_temperature(entropy, multiplier):
+    p = torch.tensor([0.7, 0.2, 0.1])
+    tempered = Entropy(temperature=True).verified(p, torch.tensor([entropy]))
+    expected = (p.log() / multiplier).softmax(-1)
+    torch.testing.assert_close(tempered, expected, atol=2e-4, rtol=0)
