@@ -129,8 +129,8 @@ class GSD(RelaxedRule):
             device,
         )
         codes, others = torch.broadcast_tensors(codes, others)
-        bytes_ = packed[codes, others // 8].long()
-        return ((bytes_ >> (others % 8)) & 1).bool()
+        bytes_ = packed[codes, others >> 3]  # byte b // 8 of row a holds bit b % 8
+        return (bytes_ >> (others & 7).to(torch.uint8)) & 1 > 0
 
 
 def close_pairs(codebook: torch.Tensor, distance: float, chunk: int = 1024) -> torch.Tensor:
