@@ -255,7 +255,6 @@ VOCAB = 512
 OVERSIZED = {
     "sjd": [("sjd:window=1000", "window=1000 is larger than the 256 cells of this 16x16 grid")],
     "mc-sjd": [("mc-sjd:window=1000", "window=1000 is larger than the 256 cells")],
-    "gsd": [("gsd:window=1000", "window=1000 is larger than the 256 cells")],
     "lantern": [
         ("lantern:window=1000", "window=1000 is larger than the 256 cells"),
         ("lantern:bound=tv,top=64,k=1000", "bound=tv with top=64, k=1000 gathers 32,704 neighbour masses per "
