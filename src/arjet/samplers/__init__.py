@@ -5,10 +5,10 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they share in
-`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
-`base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
-streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`, `cool_sd.py`), the pieces they
+share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the
+contract in `base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the
+random streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
 `method[+verifier][+rule]` such as `zipar+sjd+lantern`, and the paper names that are aliases of one).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .ar import AR
 from .base import Part, Sampler, requirements
+from .cool_sd import CoolSD
 from .decode import (
     Decode,
     DecodeStats,
@@ -56,6 +57,7 @@ __all__ = [
     "SJD2",
     "SJDPAC",
     "AcceptanceRule",
+    "CoolSD",
     "Decode",
     "Eagle",
     "Eagle2",

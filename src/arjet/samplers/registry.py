@@ -15,7 +15,9 @@ composite; `available()` lists the registered names. The paper names are aliases
 with the same options and errors: `lantern` is `sjd+lantern` (`eagle2+lantern` with `drafter=true`),
 `lantern++` is `sjd-pac+lantern` (`eagle+lantern` with `drafter=true`; both from `lantern.FORMS`),
 `zipar+lantern` is `zipar+sjd+lantern`, and `sjd:acceptance=lantern` is `sjd+lantern`. `mc-sjd` is a
-method of its own (`MCSJD`: `sjd` with `coupling=true`).
+method of its own (`MCSJD`: `sjd` with `coupling=true`). COOL-SD's annealed rule reads each draft's
+position along a drafter's chain, so only `eagle` and `eagle2` take it (`eagle+cool-sd`, `eagle2+cool-sd`;
+`cool-sd` is `eagle+cool-sd`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from .. import checks
 from .ar import AR
 from .base import Part, Sampler
+from .cool_sd import CoolSD
 from .eagle import Eagle
 from .eagle2 import Eagle2
 from .jacobi import RuleSampler
@@ -136,6 +139,8 @@ class Slot:
 
 SLOTS = (
     Slot(ZipAR, "verify", {"sjd": SJD}),  # the verifier: each row advances by a verified SJD window
+    # a drafter's chain or tree numbers its draft positions, which COOL-SD's annealed rule reads
+    *(Slot(drafted, "acceptance", {"lantern": Lantern, "cool-sd": CoolSD}) for drafted in (Eagle, Eagle2)),
     Slot(RuleSampler, "acceptance", {"lantern": Lantern}),  # the acceptance rule of a verifying sampler
 )
 COMPOSITES = "a composite is method[+verifier][+rule], e.g. zipar+sjd+lantern"
@@ -250,7 +255,8 @@ def _form(name: str, form: Form) -> Entry:
     return Entry(build, schema)
 
 
-ALIASES = {"zipar+lantern": "zipar+sjd+lantern"}  # a registered paper name -> the composite it builds
+# a registered paper name -> the composite it builds (COOL-SD's paper drafts with EAGLE-1: `eagle`)
+ALIASES = {"zipar+lantern": "zipar+sjd+lantern", "cool-sd": "eagle+cool-sd"}
 _REGISTRY.update(
     {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
     | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd")}
