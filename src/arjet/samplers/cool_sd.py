@@ -126,10 +126,15 @@ def schedule(delta: float, nu: float, positions: int) -> list[float]:
 
 
 def _log_mean_decay(nu: float, positions: int) -> float:
-    """`log(mean_{j=1..L} exp(-ν j))`, computed without overflow for any `ν` and `L`."""
-    terms = [-nu * j for j in range(1, positions + 1)]
-    top = max(terms)
-    return top + math.log(sum(math.exp(term - top) for term in terms) / positions)
+    """`log(mean_{j=1..L} exp(-ν j))` in closed form (a geometric sum), without overflow for any `ν`, `L`."""
+    if nu == 0:
+        return 0.0
+    decay = abs(nu)
+    # sum_{k=0}^{L-1} exp(-|ν| k) = (1 - exp(-|ν| L)) / (1 - exp(-|ν|)), times the largest term: j = 1 for
+    # ν > 0, j = L for ν < 0
+    geometric = math.log(-math.expm1(-decay * positions)) - math.log(-math.expm1(-decay))
+    largest = -nu if nu > 0 else -nu * positions
+    return largest + geometric - math.log(positions)
 
 
 def _like(weight: torch.Tensor | float, p: torch.Tensor) -> torch.Tensor | float:
