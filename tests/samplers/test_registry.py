@@ -5,7 +5,7 @@ line however long the spec (the command line, the pipe and the server all show i
 import pytest
 
 from arjet import samplers
-from arjet.samplers import MCSJD, SJD, SJDPAC, Eagle, Eagle2, Lantern, ZipAR, options_of
+from arjet.samplers import MCSJD, SJD, SJDPAC, CoolSD, Eagle, Eagle2, Lantern, ZipAR, options_of
 from arjet.samplers.options import parse_options
 
 LONG = 900_000
@@ -84,6 +84,8 @@ ALIASES = [  # (what a user types, the canonical spec it expands to, the object 
      ZipAR(w=2, verify=SJD(window=4, acceptance=Lantern(k=4)))),
     ("zipar+sjd:acceptance=lantern", "zipar+sjd+lantern", ZipAR(verify=SJD(acceptance=Lantern()))),
     ("mc-sjd:acceptance=lantern,window=3", "mc-sjd+lantern:window=3", MCSJD(window=3, acceptance=Lantern())),
+    ("cool-sd", "eagle+cool-sd", Eagle(acceptance=CoolSD())),
+    ("cool-sd:delta=2,chain=jacobi", "eagle+cool-sd:delta=2,chain=jacobi", Eagle(chain="jacobi", acceptance=CoolSD(2.0))),
 ]  # fmt: skip
 
 
@@ -92,9 +94,9 @@ def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built)
     assert samplers.get(alias) == samplers.get(canonical) == built
 
 
-def test_the_registered_names_stay_the_twelve_and_composites_are_built_unlisted():
+def test_the_registered_names_stay_the_thirteen_and_composites_are_built_unlisted():
     assert samplers.available() == [
-        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2", "zipar",
+        "ar", "cool-sd", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2", "zipar",
         "zipar+lantern", "zipar+sjd",
     ]  # fmt: skip
     schema = samplers.options("zipar+sjd+lantern")
