@@ -76,6 +76,12 @@ TINY_SPECS = [
     ("eagle2", "cfg"),
     ("eagle2:tree_width=2,expand=2,tree_depth=3", "top_p"),
     ("eagle2:tree_width=3,expand=1,tree_depth=4", "greedy"),
+    ("gsd", "cfg"),
+    ("sjd+gsd:window=5,group=4,prob_gap=0.3", "top_p"),
+    ("sjd+entropy", "cfg"),
+    ("sjd-pac+entropy:temperature=true", "top_p"),
+    ("cool-sd", "cfg"),
+    ("eagle2+cool-sd:delta=2", "top_p"),
 ]
 BUILTIN_SPECS = {
     "shapes": ["ar", "sjd", "mc-sjd", "sjd-pac", "zipar", "zipar+sjd", "lantern", "lantern:bound=tv"],

@@ -91,6 +91,8 @@ def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, 
         "eagle2:tree_width=2,expand=2,tree_depth=4",
         "lantern:drafter=true,tree_width=2,expand=1,tree_depth=3,k=3",
         "lantern++:drafter=true,window=8,tree_width=2,k=3",
+        "cool-sd:window=8,tree_width=2",
+        "eagle2+cool-sd:tree_width=2,expand=2,tree_depth=4,delta=2",
     ],
 )
 def test_a_speculative_decode_reads_the_device_once_every_few_steps(family, sampler, counted):

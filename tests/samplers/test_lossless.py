@@ -16,11 +16,13 @@ from arjet.samplers import (
     SJD,
     SJDPAC,
     AcceptanceRule,
+    CoolSD,
     Eagle,
     Eagle2,
     Lantern,
     LogitsPolicy,
     ZipAR,
+    cool_sd,
     eagle,
     jacobi,
     sjd_pac,
@@ -558,3 +560,43 @@ def _as_draws(init):
         self.top = False  # verified as draws from q
 
     return wrapped
+
+
+# -- cool-sd: COOL-SD's annealed rule on the drafter trees ---------------------------------------------------
+UNIT = CoolSD(delta=1.0, nu=0.0)  # w = 1 at every position: exact speculative decoding
+COOL_TREES = {
+    "eagle": Eagle(window=4, tree_width=2, tree_depth=2, acceptance=UNIT),
+    "eagle2": Eagle2(tree_width=2, expand=1, tree_depth=3, acceptance=UNIT),
+}
+STRICT = Eagle(window=4, tree_width=2, tree_depth=2, acceptance=CoolSD(delta=0.5, nu=0.0))  # w = 0.5 < 1
+
+
+@pytest.mark.parametrize("tree", list(COOL_TREES))
+def test_cool_sd_with_unit_weights_is_lossless_in_a_batch(family, tree):
+    pipe, exact = _drafted(family)
+    assert goodness_of_fit(_draw(pipe, COOL_TREES[tree]), exact) > ALPHA
+
+
+def test_cool_sd_stricter_than_exact_is_lossless_with_its_residual():
+    """Weights below 1 accept less than exact speculative decoding, and the optimal residual
+    `norm(max(0, p - q f))` gives back exactly what they refused (see `arjet.samplers.cool_sd`)."""
+    _, exact = _one_tree_setup(NO_TOP_K)
+    codes = _draw(_one_tree_drafted(), STRICT, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) > ALPHA
+
+
+def test_negative_control_cool_sd_stricter_with_the_exact_residual_is_rejected(monkeypatch):
+    """The same weights with the exact residual `norm(max(0, p - q))`, which holds too little mass where
+    `q` passes less than it should."""
+    monkeypatch.setattr(cool_sd, "relaxed_residual", lambda p, q, weight: jacobi.residual(p, q))
+    _, exact = _one_tree_setup(NO_TOP_K)
+    codes = _draw(_one_tree_drafted(), STRICT, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+def test_negative_control_cool_sd_relaxed_is_rejected():
+    """Weights above 1 are the relaxation itself: not exact."""
+    _, exact = _one_tree_setup(NO_TOP_K)
+    relaxed = Eagle(window=4, tree_width=2, tree_depth=2, acceptance=CoolSD(delta=2.0, nu=0.0))
+    codes = _draw(_one_tree_drafted(), relaxed, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW

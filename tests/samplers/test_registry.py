@@ -5,7 +5,7 @@ line however long the spec (the command line, the pipe and the server all show i
 import pytest
 
 from arjet import samplers
-from arjet.samplers import GSD, MCSJD, SJD, SJDPAC, Eagle, Eagle2, Entropy, Lantern, ZipAR, options_of
+from arjet.samplers import GSD, MCSJD, SJD, SJDPAC, CoolSD, Eagle, Eagle2, Entropy, Lantern, ZipAR, options_of
 from arjet.samplers.options import parse_options
 
 LONG = 900_000
@@ -91,6 +91,8 @@ ALIASES = [  # (what a user types, the canonical spec it expands to, the object 
     ("mc-sjd:acceptance=entropy", "mc-sjd+entropy", MCSJD(acceptance=Entropy())),
     ("sjd-pac+entropy:temperature=true", "sjd-pac+entropy:temperature=true",
      SJDPAC(acceptance=Entropy(temperature=True))),
+    ("cool-sd", "eagle+cool-sd", Eagle(acceptance=CoolSD())),
+    ("cool-sd:delta=2,chain=jacobi", "eagle+cool-sd:delta=2,chain=jacobi", Eagle(chain="jacobi", acceptance=CoolSD(2.0))),
 ]  # fmt: skip
 
 
@@ -99,10 +101,10 @@ def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built)
     assert samplers.get(alias) == samplers.get(canonical) == built
 
 
-def test_the_registered_names_stay_the_twelve_and_composites_are_built_unlisted():
+def test_the_registered_names_stay_the_fourteen_and_composites_are_built_unlisted():
     assert samplers.available() == [
-        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2", "zipar",
-        "zipar+lantern", "zipar+sjd",
+        "ar", "cool-sd", "eagle", "eagle2", "gsd", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2",
+        "zipar", "zipar+lantern", "zipar+sjd",
     ]  # fmt: skip
     schema = samplers.options("zipar+sjd+lantern")
     assert schema == (*options_of(ZipAR), *options_of(SJD), *options_of(Lantern))

@@ -6,9 +6,10 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
 `sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`; the relaxed acceptance rules `lantern.py`,
-`gsd.py`, `entropy.py`), the pieces they share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
-`base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
-streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
+`gsd.py`, `entropy.py`, `cool_sd.py`), the pieces they share in `jacobi.py` (drafts, acceptance rules, verify,
+resample, redraft, couple, initial guesses), the contract in `base.py` (what a sampler declares) and
+`decode.py` (what `run(decode)` receives: the policy, the random streams, the trace and the loop), options in
+`options.py`, names in `registry.py` (composites
 `method[+verifier][+rule]` such as `zipar+sjd+lantern`, and the paper names that are aliases of one).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .ar import AR
 from .base import Part, Sampler, requirements
+from .cool_sd import CoolSD
 from .decode import (
     Decode,
     DecodeStats,
@@ -58,6 +60,7 @@ __all__ = [
     "SJD2",
     "SJDPAC",
     "AcceptanceRule",
+    "CoolSD",
     "Decode",
     "Eagle",
     "Eagle2",

@@ -57,6 +57,7 @@ candidate is verified against LANTERN's relaxed target instead: not exact (see `
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -303,7 +304,7 @@ class DynamicTreeStepper(Stepper):
         Returns the path's node at every level `[B, D]` (its last node repeated past its end), the kept
         code of every level `[B, D - 1]`, and the verdict."""
         shape, session = self.shape, self.decode.session
-        rule, context = self.sampler.acceptance, RuleContext(session.codebook)
+        rule, context = self.sampler.acceptance, RuleContext(session.codebook, positions=shape.depth - 1)
         batch, vocab = t.shape[0], t.shape[-1]
         expansion_of = torch.full_like(self.codes, -1).scatter_(
             1, self.expanded, torch.arange(shape.expansions, device=t.device).expand(batch, -1)
@@ -317,6 +318,7 @@ class DynamicTreeStepper(Stepper):
         bound = Bound.none(node)
         line, path = [node], []
         for level in range(shape.depth - 1):  # the children of the path's node, for cell n + level
+            context = dataclasses.replace(context, position=level + 1)  # draft position level + 1
             expansion = expansion_of.gather(1, node[:, None])[:, 0]
             usable = alive & (level < length) & (expansion >= 0)
             expansion = expansion.clamp(min=0)

@@ -99,12 +99,18 @@ class Drafts:
 # -- acceptance rules --------------------------------------------------------------------------------------
 @dataclass
 class RuleContext:
-    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook `[V, d]` (LANTERN), and under
+    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook `[V, d]` (LANTERN), under
     greedy decoding the non-greedy distribution behind the one-hot `p` (`soft_p`, same shape as `p`, for
-    LANTERN's relaxed argmax; the step fills it in only for a rule that `relaxes_greedy`)."""
+    LANTERN's relaxed argmax; the step fills it in only for a rule that `relaxes_greedy`), and where the
+    drafts sit along a drafter's chain or tree (COOL-SD's schedule): `position`, each verified draft's draft
+    position `i` (1 for the first draft after the last committed code; an int, or a tensor broadcastable to
+    the drafts' shape), and `positions`, the `L` draft positions a window verifies. Steps that verify no such
+    chain leave both None."""
 
     codebook: torch.Tensor | None = None
     soft_p: torch.Tensor | None = None
+    position: torch.Tensor | int | None = None
+    positions: int | None = None
 
 
 class AcceptanceRule(Part):

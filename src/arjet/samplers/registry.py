@@ -14,9 +14,11 @@ to the part that declares it (`zipar+sjd+lantern:w=2,window=4,k=4`). `get` and `
 composite; `available()` lists the registered names. The paper names are aliases of one canonical spec,
 with the same options and errors: `lantern` is `sjd+lantern` (`eagle2+lantern` with `drafter=true`),
 `lantern++` is `sjd-pac+lantern` (`eagle+lantern` with `drafter=true`; both from `lantern.FORMS`),
-`zipar+lantern` is `zipar+sjd+lantern`, `gsd` (unlisted) is `sjd+gsd`, and `sjd:acceptance=lantern` is `sjd+lantern`
-(likewise `acceptance=gsd` and `acceptance=entropy`: `sjd+entropy`). `mc-sjd` is a
-method of its own (`MCSJD`: `sjd` with `coupling=true`).
+`zipar+lantern` is `zipar+sjd+lantern`, `gsd` is `sjd+gsd`, `cool-sd` is `eagle+cool-sd`, and
+`sjd:acceptance=lantern` is `sjd+lantern` (likewise `acceptance=gsd` and `acceptance=entropy`: `sjd+entropy`).
+`mc-sjd` is a method of its own (`MCSJD`: `sjd` with `coupling=true`). COOL-SD's annealed rule reads each
+draft's position along a drafter's chain, so only `eagle` and `eagle2` take it (`eagle+cool-sd`,
+`eagle2+cool-sd`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from .. import checks
 from .ar import AR
 from .base import Part, Sampler
+from .cool_sd import CoolSD
 from .eagle import Eagle
 from .eagle2 import Eagle2
 from .entropy import Entropy
@@ -110,8 +113,6 @@ def _entry(name: str) -> Entry:
     """The registered entry `name`, or the composite it names."""
     if name in _REGISTRY:
         return _REGISTRY[name]
-    if name in UNLISTED:
-        return _composite(_chain(UNLISTED[name]))
     if "+" not in name:
         raise ValueError(f"unknown sampler {checks.shown(name)}; available: {', '.join(available())}")
     return _composite(_chain(name))
@@ -139,10 +140,13 @@ class Slot:
     parts: Mapping[str, type[Part]]
 
 
+RULES: dict[str, type[Part]] = {"lantern": Lantern, "gsd": GSD, "entropy": Entropy}  # any verifier's
+
 SLOTS = (
     Slot(ZipAR, "verify", {"sjd": SJD}),  # the verifier: each row advances by a verified SJD window
-    # the acceptance rule of a verifying sampler
-    Slot(RuleSampler, "acceptance", {"lantern": Lantern, "gsd": GSD, "entropy": Entropy}),
+    # a drafter's chain or tree numbers its draft positions, which COOL-SD's annealed rule reads
+    *(Slot(drafted, "acceptance", RULES | {"cool-sd": CoolSD}) for drafted in (Eagle, Eagle2)),
+    Slot(RuleSampler, "acceptance", RULES),  # the acceptance rule of a verifying sampler
 )
 COMPOSITES = "a composite is method[+verifier][+rule], e.g. zipar+sjd+lantern"
 
@@ -261,9 +265,8 @@ def _form(name: str, form: Form) -> Entry:
     return Entry(build, schema)
 
 
-ALIASES = {"zipar+lantern": "zipar+sjd+lantern"}  # a registered paper name -> the composite it builds
-# a rule's paper name for its composite, built unlisted as composites are (each listed name has golden codes)
-UNLISTED = {"gsd": "sjd+gsd"}
+# a registered paper name -> the composite it builds (COOL-SD's paper drafts with EAGLE-1: `eagle`)
+ALIASES = {"zipar+lantern": "zipar+sjd+lantern", "gsd": "sjd+gsd", "cool-sd": "eagle+cool-sd"}
 _REGISTRY.update(
     {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
     | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd")}

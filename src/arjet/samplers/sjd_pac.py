@@ -351,7 +351,7 @@ class TreeStepper(Stepper):
 
         # 4. walk the tree from the root: at each depth the candidates below the path's node are tried in
         #    order against its target (`verify_candidates`); the first that passes extends the path
-        rule, context = self.sampler.acceptance, RuleContext(session.codebook)
+        rule, context = self.sampler.acceptance, RuleContext(session.codebook, positions=self.slots)
         walk = walk_tree(
             t,
             drafts,
@@ -376,7 +376,7 @@ class TreeStepper(Stepper):
             drafts.slots(slice(tree.depth, None)),
             usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
             rule=rule,
-            context=context,
+            context=dataclasses.replace(context, position=self.positions[tree.depth + 1 :]),
             u_accept=u_accept[:, tree.depth : self.slots],
         )
         verdict = Verdict(
@@ -500,6 +500,7 @@ def walk_tree(
     bound = Bound.none(node)
     ranks, codes, line = [], [], [node]
     for j in range(tree.depth):  # the candidates of depth j + 1, for cell n + j
+        context = dataclasses.replace(context or RuleContext(), position=j + 1)  # draft position j + 1
         usable = alive & valid[:, j]
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
         candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
