@@ -269,6 +269,7 @@ OVERSIZED = {
     ],
     "eagle": [("eagle:window=1000", "window=1000 is larger than the 256 cells")],
     "cool-sd": [("cool-sd:window=1000", "window=1000 is larger than the 256 cells")],
+    "gsd": [("gsd:window=1000", "window=1000 is larger than the 256 cells")],
     "eagle2": [
         ("eagle2:tree_width=64,expand=64,tree_depth=16", "make a tree of 57,409 nodes, more than the 256 cells"),
         ("eagle2:tree_width=64,expand=64,tree_depth=8", "make a tree of 24,641 nodes"),
