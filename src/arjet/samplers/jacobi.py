@@ -342,14 +342,14 @@ def redraft(
     *,
     advanced: torch.Tensor,
     uniforms: Uniforms,
-    coupling: bool,
+    coupling: bool | str,
     carry_limit: torch.Tensor,
     redraw: Redraw | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every position after the `advanced [...]` committed cells gives its sample from `p [..., L, V]`
-    (coupled with its old draft in `drafts` `[..., S]` when `coupling`: MC-SJD) as the next draft of its
-    cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell reaches `carry_limit
-    [...]` keep their drafts. A `redraw` rule replaces those samples and proposals (`coupling` is then not
+    (coupled with its old draft in `drafts` `[..., S]` when `coupling`, `True` or mc-sjd's `"maximal"`) as
+    the next draft of its cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell
+    reaches `carry_limit [...]` keep their drafts. A `redraw` rule replaces those samples and proposals (`coupling` is then not
     read). Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])` (`carried`: the
     slot took a new draft)."""
     slots = p.shape[-2] - 1  # S = L - 1
