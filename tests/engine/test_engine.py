@@ -26,6 +26,8 @@ SAMPLERS = [
     "lantern:k=2,delta=0.1",
     "mc-sjd:window=4,coupling=gumbel",
     "sjd:window=4,reuse=0.5",
+    "gsd:window=3",
+    "sjd:window=3,acceptance=entropy",
 ]
 
 

@@ -126,7 +126,13 @@ def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     "sampler",
-    ["lantern:k=2,delta=0.1", SJD(window=3, init="sample_horizontal"), SJDPAC(window=9, tree_width=2)],
+    [
+        "lantern:k=2,delta=0.1",
+        "gsd:window=3",
+        "sjd+entropy:window=3",
+        SJD(window=3, init="sample_horizontal"),
+        SJDPAC(window=9, tree_width=2),
+    ],
     ids=repr,
 )
 def test_cuda_graphs_in_bfloat16_give_the_eager_codes(family, sampler):

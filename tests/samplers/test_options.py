@@ -58,7 +58,7 @@ BAD_SPECS = [
     ("sjd:coupling=maybe", "coupling must be true or false, got 'maybe'"),
     ("sjd:coupling=1", "coupling must be true or false, got '1'"),
     ("sjd2:coupling=yes", "coupling must be true or false, got 'yes'"),
-    ("sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("sjd:acceptance=foo", "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'"),
     ("sjd:init=diagonal", "init must be one of random, repeat_horizontal"),
     ("sjd:window=0", "window must be an integer from 1 to 16384, got '0'"),
     ("sjd:window=300000", "window must be an integer from 1 to 16384, got '300000'"),
@@ -100,14 +100,14 @@ BAD_ALIAS_SPECS = [
     ("lantern++:windw=3", "no option 'windw'; valid options: k, delta, lam, bound, top, window, tree_width, "
      "tree_depth, coupling, init, drafter, chain"),
     ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, reuse, acceptance"),
-    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'"),
     ("zipar+lantern:acceptance=exact", "bad arguments for sampler 'zipar+lantern': no option 'acceptance'; valid "
      "options: w, schedule, window, init, coupling, reuse, k, delta, lam, bound, top"),
     ("zipar+lantern:w=1", "w must be an integer from 2 to 16384, got '1'"),
 ]  # fmt: skip
 # a composite, method[+verifier][+rule], takes the parts its parts hold and the options they declare
 BAD_COMPOSITE_SPECS = [
-    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern after it, not '+sjd'"),
+    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern or +gsd or +entropy after it, not '+sjd'"),
     ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
     ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
     ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
@@ -118,6 +118,14 @@ BAD_COMPOSITE_SPECS = [
      "reuse, k"),
     ("eagle2+lantern:window=4", "no option 'window'; valid options: tree_width, expand, tree_depth, children, k"),
     ("sjd-pac+lantern:tree_width=64,tree_depth=16", "make a tree of"),
+    ("gsd:group=0", "group must be an integer from 1 to 256, got '0'"),
+    ("gsd:prob_gap=2", "prob_gap must be a finite number from 0 to 1, got '2'"),
+    ("gsd:distance=-1", "distance must be a finite number from 0 to 1e+06, got '-1' (none drops"),
+    ("sjd+entropy:e=0", "e must be a finite number from 1e-06 to 1e+06, got '0'"),
+    ("mc-sjd+entropy:temperature=maybe", "temperature"),
+    ("sjd:acceptance=gsd,group=3", "no option 'group'"),
+    ("sjd:acceptance=tight", "acceptance must be one of exact, lantern, gsd, entropy; got 'tight'"),
+    ("gsd+entropy", "unknown sampler 'gsd+entropy': no method 'gsd'"),
 ]  # fmt: skip
 ALL_BAD_SPECS = BAD_SPECS + BAD_ALIAS_SPECS + BAD_COMPOSITE_SPECS
 

@@ -5,7 +5,7 @@ line however long the spec (the command line, the pipe and the server all show i
 import pytest
 
 from arjet import samplers
-from arjet.samplers import MCSJD, SJD, SJDPAC, Eagle, Eagle2, Lantern, ZipAR, options_of
+from arjet.samplers import GSD, MCSJD, SJD, SJDPAC, Eagle, Eagle2, Entropy, Lantern, ZipAR, options_of
 from arjet.samplers.options import parse_options
 
 LONG = 900_000
@@ -87,6 +87,13 @@ ALIASES = [  # (what a user types, the canonical spec it expands to, the object 
     ("mc-sjd:coupling=gumbel,acceptance=lantern", "mc-sjd+lantern:coupling=gumbel",
      MCSJD(coupling="gumbel", acceptance=Lantern())),
     ("sjd:reuse=0.5,acceptance=lantern", "sjd+lantern:reuse=0.5", SJD(reuse=0.5, acceptance=Lantern())),
+    ("gsd", "sjd+gsd", SJD(acceptance=GSD())),
+    ("gsd:group=25,window=5", "sjd+gsd:group=25,window=5", SJD(5, acceptance=GSD(group=25))),
+    ("sjd:acceptance=gsd", "sjd+gsd", SJD(acceptance=GSD())),
+    ("sjd:acceptance=entropy", "sjd+entropy", SJD(acceptance=Entropy())),
+    ("mc-sjd:acceptance=entropy", "mc-sjd+entropy", MCSJD(acceptance=Entropy())),
+    ("sjd-pac+entropy:temperature=true", "sjd-pac+entropy:temperature=true",
+     SJDPAC(acceptance=Entropy(temperature=True))),
 ]  # fmt: skip
 
 

@@ -5,8 +5,8 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `lantern.py`), the pieces they share in
-`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`; the relaxed acceptance rules `lantern.py`,
+`gsd.py`, `entropy.py`), the pieces they share in `jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
 `base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
 streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
 `method[+verifier][+rule]` such as `zipar+sjd+lantern`, and the paper names that are aliases of one).
@@ -35,6 +35,8 @@ from .decode import (
 )
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .entropy import Entropy
+from .gsd import GSD
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
 from .mc_sjd import MCSJD
@@ -62,7 +64,9 @@ __all__ = [
     "DecodeStats",
     "DecodeStatus",
     "DecodeTrace",
+    "Entropy",
     "Exact",
+    "GSD",
     "ImageRandom",
     "Interrupted",
     "Lantern",

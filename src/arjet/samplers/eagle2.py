@@ -66,6 +66,7 @@ from ..session.drafting import DraftingCache
 from .decode import Decode, Stepper, sample
 from .jacobi import (
     AcceptanceRule,
+    Bound,
     Exact,
     RuleContext,
     RuleSampler,
@@ -285,7 +286,7 @@ class DynamicTreeStepper(Stepper):
         # 6. commit: the re-fed codes and the root stay in the cache; the accepted nodes are fed again
         keep = torch.cat([torch.ones_like(live[:, :refed]), torch.zeros_like(live[:, refed:])], 1)
         session.commit(keep)
-        trace.commit(torch.where(committed_at, n[:, None] + self.positions, -1), codes)
+        trace.commit(torch.where(committed_at, n[:, None] + self.positions, -1), codes, bound=verdict.bound)
         self.pending.copy_(torch.where(active, verdict.accepted, 0))
         start = n.clone()
         self.n += advanced
@@ -313,6 +314,7 @@ class DynamicTreeStepper(Stepper):
         accepted = torch.zeros_like(node)
         rejected = torch.zeros_like(alive)
         rest = t.new_zeros(batch, vocab)
+        bound = Bound.none(node)
         line, path = [node], []
         for level in range(shape.depth - 1):  # the children of the path's node, for cell n + level
             expansion = expansion_of.gather(1, node[:, None])[:, 0]
@@ -322,9 +324,18 @@ class DynamicTreeStepper(Stepper):
             candidates = self.codes.gather(1, children)
             target = t.gather(1, node[:, None, None].expand(-1, 1, vocab))[:, 0]
             q = self.proposals.gather(1, expansion[:, None, None].expand(-1, 1, vocab))[:, 0]
+            spent = torch.zeros_like(bound.total)
             rank, found, left = verify_candidates(
-                target, q, candidates, u[:, level], rule=rule, context=context, point_masses=self.top
+                target,
+                q,
+                candidates,
+                u[:, level],
+                rule=rule,
+                context=context,
+                point_masses=self.top,
+                spent=spent,
             )
+            bound = bound.add(spent, usable)  # a usable level commits a code, passed or failed
             passed, failed = usable & found, usable & ~found
             rejected |= failed
             rest = torch.where(failed[:, None], left, rest)
@@ -334,7 +345,7 @@ class DynamicTreeStepper(Stepper):
             accepted += passed.long()
             alive = passed
             line.append(node)
-        return torch.stack(line, 1), torch.stack(path, 1), Verdict(accepted, rejected, rest)
+        return torch.stack(line, 1), torch.stack(path, 1), Verdict(accepted, rejected, rest, bound)
 
     def _parents(self) -> torch.Tensor:
         """`[B, N]` each node's parent (`-1`: the root)."""

@@ -157,6 +157,29 @@ class Exact(AcceptanceRule):
     """Lossless verification: the target is `p` itself."""
 
 
+class RelaxedRule(AcceptanceRule):
+    """A relaxed rule given by the probability `a(x)` that a draft `x` passes (GSD, the entropy rule): the step
+    accepts when `u < a(x)` (`t_x = a(x) q(x)`), and a rejection resamples from the exact residual
+    `norm(max(0, p - q))`, which is what `tv_bound` assumes. A subclass gives `acceptance` (every code's
+    `a`); `passing` (the drafts' alone) gathers it unless the subclass has a cheaper way. A random initial
+    guess is declared a point mass, as the published rules verify it (against a uniform proposal the ratio
+    `V * p(x)` would pass almost any code)."""
+
+    uniform_guesses: ClassVar[bool] = False
+
+    def passing(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> torch.Tensor:
+        """`a(x) [...]` for drafts `[...]` drawn from `q [..., V]`, against `p [..., V]`."""
+        return self.acceptance(p, q, context).gather(-1, drafts[..., None]).squeeze(-1)
+
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
+        return self.passing(p, q, drafts, context) * q_x, residual(p, q)
+
+
 class RuleSampler(Sampler):
     """A sampler that verifies its drafts with an `acceptance` rule (a dataclass field of the subclass): the
     rule is checked when the sampler is made and is its one part."""
@@ -237,6 +260,38 @@ class Uniforms(NamedTuple):
     couple: torch.Tensor  # keeping an old draft when redrafts are coupled
 
 
+class Bound(NamedTuple):
+    """What a step's verification adds to the total-variation bound of the codes it commits, `[...]` each:
+    the sum (`total`) and the max (`worst`) of the rule's per-position bound (`AcceptanceRule.tv_bound`)
+    over the positions whose verification decided a committed code (0 under the exact rule)."""
+
+    total: torch.Tensor
+    worst: torch.Tensor
+
+    @classmethod
+    def none(cls, like: torch.Tensor) -> Bound:
+        """No bound spent, shaped as `like [...]`."""
+        zeros = torch.zeros(like.shape, device=like.device)
+        return cls(zeros, zeros)
+
+    def add(self, spent: torch.Tensor, where: torch.Tensor) -> Bound:
+        """This bound and one more position's `spent [...]` where `where [...]` (it decided a code)."""
+        spent = torch.where(where, spent, 0.0)
+        return Bound(self.total + spent, torch.maximum(self.worst, spent))
+
+    def join(self, other: Bound) -> Bound:
+        """Both bounds' positions together (sums add, maxima take the larger)."""
+        return Bound(self.total + other.total, torch.maximum(self.worst, other.worst))
+
+
+def position_bounds(
+    rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, context: RuleContext
+) -> torch.Tensor | None:
+    """`rule.tv_bound [...]` of drafts `~ q [..., V]` verified against `p [..., V]`; None for the exact rule
+    (its bound is 0, and the step computes nothing for it)."""
+    return None if isinstance(rule, Exact) else rule.tv_bound(p, q, context)
+
+
 @dataclass
 class Verdict:
     """How verification of a run of drafts ended."""
@@ -244,6 +299,7 @@ class Verdict:
     accepted: torch.Tensor  # [...] drafts accepted
     rejected: torch.Tensor  # [...] bool: it stopped at a failed draft (not at the end of the usable ones)
     rest: torch.Tensor  # [..., V] where rejected: the distribution the failed position resamples from
+    bound: Bound | None = None  # the rule's bound over the positions that decided a committed code
 
 
 @dataclass
@@ -271,12 +327,19 @@ def verify(
     slots = drafts.codes.shape[-1]
     if not slots:
         zeros = torch.zeros(usable.shape[:-1], dtype=torch.long, device=usable.device)
-        return Verdict(zeros, zeros.bool(), target_p.new_zeros(*usable.shape[:-1], target_p.shape[-1]))
+        rest = target_p.new_zeros(*usable.shape[:-1], target_p.shape[-1])
+        return Verdict(zeros, zeros.bool(), rest, Bound.none(zeros))
     t_x, rest = rule.verify(target_p, drafts.proposals, drafts.codes, context)
     q_x = drafts.proposals.gather(-1, drafts.codes[..., None]).squeeze(-1)
     accepted = ((u_accept * q_x < t_x) & usable).long().cumprod(-1).sum(-1)
     rejected = accepted < usable.long().cumprod(-1).sum(-1)
-    return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)))
+    bound = Bound.none(accepted)
+    spent = position_bounds(rule, target_p, drafts.proposals, context)  # [..., S]
+    if spent is not None:  # the accepted drafts and the rejected one decided committed codes
+        decided = torch.arange(slots, device=usable.device) < (accepted + rejected.long())[..., None]
+        spent = torch.where(decided, spent, 0.0)
+        bound = Bound(spent.sum(-1), spent.amax(-1))
+    return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)), bound)
 
 
 def resample(
@@ -417,6 +480,7 @@ def verify_candidates(
     rule: AcceptanceRule | None = None,
     context: RuleContext | None = None,
     point_masses: bool = False,
+    spent: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
     drawn without replacement from `sibling_q [..., V]`, default `q`, see `candidate_proposal`) against
@@ -431,7 +495,9 @@ def verify_candidates(
     most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
     `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
     relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
-    is then within the rule's bound of `target`, not exact."""
+    is then within the rule's bound of `target`, not exact. `spent [...]`, when given, gains that bound in
+    place: the sum over the candidates tried of the rule's `tv_bound` against each one's target and proposal
+    (a candidate's rejection continues with the next one, so the bounds add up)."""
     rule = rule or Exact()
     context = context or RuleContext()
     sibling_q = q if sibling_q is None else sibling_q
@@ -445,6 +511,10 @@ def verify_candidates(
         else:
             proposal = q if k == 0 else candidate_proposal(sibling_q, drawn)
         t_x, rest = rule.verify(target, proposal, code, context)
+        if spent is not None:
+            tried = position_bounds(rule, target, proposal, context)
+            if tried is not None:
+                spent += torch.where(found, 0.0, tried)
         q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
         ok = ~found & (u[..., k] * q_x < t_x)
         rank = torch.where(ok, k, rank)

@@ -14,7 +14,8 @@ to the part that declares it (`zipar+sjd+lantern:w=2,window=4,k=4`). `get` and `
 composite; `available()` lists the registered names. The paper names are aliases of one canonical spec,
 with the same options and errors: `lantern` is `sjd+lantern` (`eagle2+lantern` with `drafter=true`),
 `lantern++` is `sjd-pac+lantern` (`eagle+lantern` with `drafter=true`; both from `lantern.FORMS`),
-`zipar+lantern` is `zipar+sjd+lantern`, and `sjd:acceptance=lantern` is `sjd+lantern`. `mc-sjd` is a
+`zipar+lantern` is `zipar+sjd+lantern`, `gsd` (unlisted) is `sjd+gsd`, and `sjd:acceptance=lantern` is `sjd+lantern`
+(likewise `acceptance=gsd` and `acceptance=entropy`: `sjd+entropy`). `mc-sjd` is a
 method of its own (`MCSJD`: `sjd` with `coupling=true`).
 """
 
@@ -29,6 +30,8 @@ from .ar import AR
 from .base import Part, Sampler
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .entropy import Entropy
+from .gsd import GSD
 from .jacobi import RuleSampler
 from .lantern import DRAFTER, FORMS, Form, Lantern, refusal
 from .mc_sjd import MCSJD
@@ -107,6 +110,8 @@ def _entry(name: str) -> Entry:
     """The registered entry `name`, or the composite it names."""
     if name in _REGISTRY:
         return _REGISTRY[name]
+    if name in UNLISTED:
+        return _composite(_chain(UNLISTED[name]))
     if "+" not in name:
         raise ValueError(f"unknown sampler {checks.shown(name)}; available: {', '.join(available())}")
     return _composite(_chain(name))
@@ -136,7 +141,8 @@ class Slot:
 
 SLOTS = (
     Slot(ZipAR, "verify", {"sjd": SJD}),  # the verifier: each row advances by a verified SJD window
-    Slot(RuleSampler, "acceptance", {"lantern": Lantern}),  # the acceptance rule of a verifying sampler
+    # the acceptance rule of a verifying sampler
+    Slot(RuleSampler, "acceptance", {"lantern": Lantern, "gsd": GSD, "entropy": Entropy}),
 )
 COMPOSITES = "a composite is method[+verifier][+rule], e.g. zipar+sjd+lantern"
 
@@ -197,12 +203,17 @@ def _composite(chain: tuple[type[Part], ...]) -> Entry:
 
 # -- the built-in entries ----------------------------------------------------------------------------------
 # `sjd:acceptance=lantern` is `sjd+lantern` at the rule's defaults: the parts each choice adds
-ACCEPTANCE_PARTS: dict[str, tuple[type[Part], ...]] = {"exact": (), "lantern": (Lantern,)}
+ACCEPTANCE_PARTS: dict[str, tuple[type[Part], ...]] = {
+    "exact": (),
+    "lantern": (Lantern,),
+    "gsd": (GSD,),
+    "entropy": (Entropy,),
+}
 ACCEPTANCE = Option(
     "acceptance",
     str,
     "exact",
-    "exact (lossless) or lantern (relaxed, its defaults)",
+    "exact (lossless), or a relaxed rule at its defaults: lantern, gsd, entropy",
     choices=tuple(ACCEPTANCE_PARTS),
 )
 
@@ -251,6 +262,8 @@ def _form(name: str, form: Form) -> Entry:
 
 
 ALIASES = {"zipar+lantern": "zipar+sjd+lantern"}  # a registered paper name -> the composite it builds
+# a rule's paper name for its composite, built unlisted as composites are (each listed name has golden codes)
+UNLISTED = {"gsd": "sjd+gsd"}
 _REGISTRY.update(
     {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
     | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd")}

@@ -203,7 +203,7 @@ class WindowStepper(Stepper):
 
         # 6. commit: the accepted drafts' inputs to the cache, the committed codes to the trace
         session.commit(in_image & (positions <= verdict.accepted[:, None]))
-        trace.commit(torch.where(committed, position_cells, -1), codes)
+        trace.commit(torch.where(committed, position_cells, -1), codes, bound=verdict.bound)
         self.n += advanced
 
         # 7. re-draft: every later position's sample from p (coupled with its old draft: MC-SJD; or its old
