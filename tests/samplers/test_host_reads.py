@@ -78,6 +78,8 @@ def test_a_fixed_length_decode_reads_the_device_a_fixed_number_of_times(family, 
     [
         "sjd:window=3",
         "mc-sjd:window=3",
+        "mc-sjd:window=3,coupling=gumbel",
+        "sjd:window=3,reuse=0.5",
         "zipar+sjd:w=3,window=2",
         "lantern:k=3,window=3",
         "gsd:window=3",

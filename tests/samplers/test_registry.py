@@ -84,6 +84,9 @@ ALIASES = [  # (what a user types, the canonical spec it expands to, the object 
      ZipAR(w=2, verify=SJD(window=4, acceptance=Lantern(k=4)))),
     ("zipar+sjd:acceptance=lantern", "zipar+sjd+lantern", ZipAR(verify=SJD(acceptance=Lantern()))),
     ("mc-sjd:acceptance=lantern,window=3", "mc-sjd+lantern:window=3", MCSJD(window=3, acceptance=Lantern())),
+    ("mc-sjd:coupling=gumbel,acceptance=lantern", "mc-sjd+lantern:coupling=gumbel",
+     MCSJD(coupling="gumbel", acceptance=Lantern())),
+    ("sjd:reuse=0.5,acceptance=lantern", "sjd+lantern:reuse=0.5", SJD(reuse=0.5, acceptance=Lantern())),
     ("gsd", "sjd+gsd", SJD(acceptance=GSD())),
     ("gsd:group=25,window=5", "sjd+gsd:group=25,window=5", SJD(5, acceptance=GSD(group=25))),
     ("sjd:acceptance=gsd", "sjd+gsd", SJD(acceptance=GSD())),
@@ -118,14 +121,19 @@ def test_each_alias_keeps_its_options_in_their_order():
     """A paper name takes the options of both its forms (the rule's first), as before the forms moved."""
     names = {name: [option.name for option in samplers.options(name)] for name in ("lantern", "lantern++")}
     assert names["lantern"] == [
-        "k", "delta", "lam", "bound", "top", "window", "init", "coupling", "drafter", "tree_width", "expand",
+        "k", "delta", "lam", "bound", "top", "window", "init", "coupling", "reuse", "drafter", "tree_width", "expand",
         "tree_depth", "children",
     ]  # fmt: skip
     assert names["lantern++"] == [
         "k", "delta", "lam", "bound", "top", "window", "tree_width", "tree_depth", "coupling", "init", "drafter",
         "chain",
     ]  # fmt: skip
-    assert [option.name for option in samplers.options("mc-sjd")] == ["window", "init", "acceptance"]
+    assert [option.name for option in samplers.options("mc-sjd")] == [
+        "window",
+        "init",
+        "coupling",
+        "acceptance",
+    ]
 
 
 def test_an_option_of_the_other_form_at_its_default_is_accepted():

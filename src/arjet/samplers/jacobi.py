@@ -20,6 +20,10 @@ Notation (Teng et al., ICLR 2025, §3; `...` is any leading batch shape: `[B]` i
 | `Verdict.accepted`       | `τ`: drafts accepted                | `[...]`       |
 | `couple`                 | MC-SJD: keep `x̃` w.p.               | `[...]`       |
 |                          | `min(1, p(x) / q(x))`               |               |
+| `gumbel_max`             | SCD's Gumbel coupling:              | `[...]`       |
+|                          | `argmax(log p + G)`, `G` per cell   |               |
+| `reuse`                  | SJD++: keep `x̃` if `p(x)/q(x) > τ`, | `[...]`       |
+|                          | declared with its marginal `m`      |               |
 | `verify_candidates`      | `K` candidates, `r_k`, `t_{k+1} =`  | `[..., K]`    |
 |                          | `norm(max(0, t_k - r_k))`           |               |
 | `Uniforms`               | `u`, one stream per decision        | `[..., L]`    |
@@ -34,7 +38,8 @@ One window step is:
    position gives a bonus code from `p` where `p` is valid there;
 3. commit (the step's own): the accepted drafts and that code;
 4. `redraft`: every later position's sample from this `p` (coupled with its old draft when asked: MC-SJD,
-   `couple`) becomes the draft of the same cell in the next window, with `p` as its proposal; `guess` gives
+   `couple`) becomes the draft of the same cell in the next window, with `p` as its proposal (a `Redraw` rule
+   may draw otherwise, declaring what it drew from: `gumbel_max`, `reuse`); `guess` gives
    fresh slots their initial guesses (`fill_guesses`: SJD's initialisation schemes).
 
 Which positions are valid is the caller's: a position past the end of a lane never is; in SJD2 one behind a
@@ -60,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 import torch
 
@@ -226,6 +231,32 @@ def couple(
     return torch.where(kept, previous, sample(residual(p, previous_q), u_draw))
 
 
+def gumbel_max(p: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """A draw `~ p [..., V]` by the Gumbel-max trick, `argmax(log p + G)` with `G = -log(noise)`, written as
+    `argmax(p / noise)`; `noise [..., V]` holds standard exponentials (`exponentials`). Drafts of one cell that
+    share its noise agree as often as `p` allows (SCD's Gumbel coupling); each is still exactly a draw of its
+    `p` when the noise is independent of `p`."""
+    return (p / noise).argmax(-1)
+
+
+def exponentials(u: torch.Tensor) -> torch.Tensor:
+    """Standard exponential noise `-log(u)` (float32) from uniforms `u` in (0, 1), any shape."""
+    return u.log().neg_().float()
+
+
+def reuse(
+    p: torch.Tensor, previous: torch.Tensor, previous_q: torch.Tensor, tau: float, u_draw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SJD++'s re-draft: keep `previous ~ previous_q [..., V]` where `p(x) / q(x) > tau`, else draw from `p
+    [..., V]` (`u_draw`). Returns the draft and its true marginal, the proposal it must be declared with:
+    `m(y) = q(y) 1[p(y) / q(y) > tau] + (q's mass on codes not kept) p(y)` (neither `p` nor `q`)."""
+    keeps = p > tau * previous_q  # [..., V]: a draft of this code is kept (q(y) = 0: never drawn)
+    not_kept = previous_q.masked_fill(keeps, 0.0).sum(-1, keepdim=True)
+    marginal = previous_q.masked_fill(~keeps, 0.0) + not_kept * p
+    kept = keeps.gather(-1, previous[..., None]).squeeze(-1)
+    return torch.where(kept, previous, sample(p, u_draw)), marginal
+
+
 # -- one window step: verify, resample, redraft --------------------------------------------------------
 class Uniforms(NamedTuple):
     """The uniforms of one window step, `[..., L]` each, one stream per decision."""
@@ -339,37 +370,81 @@ def resample(
     return accepted + token_valid.long(), committed, codes
 
 
+class Redraw(Protocol):
+    """A re-draft rule: `(samples [..., L], proposals [..., L, V])`, every position's draft for the next window
+    and the distribution it was drawn from, given `p [..., L, V]`, the old `drafts` (`[..., S]`, slot `j` at
+    position `j`'s cell) and the step's `uniforms`."""
+
+    def __call__(
+        self, p: torch.Tensor, drafts: Drafts, uniforms: Uniforms
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def reusing(tau: float) -> Redraw:
+    """SJD++ as a `Redraw`: each slot's old draft kept or replaced by `reuse` and declared with its marginal;
+    the last position (no old draft there) samples `p`."""
+
+    def redraw(p: torch.Tensor, drafts: Drafts, uniforms: Uniforms) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = p.shape[-2] - 1
+        kept, marginal = reuse(
+            p[..., :slots, :], drafts.codes, drafts.proposals, tau, uniforms.draw[..., :slots]
+        )
+        last = sample(p[..., slots:, :], uniforms.draw[..., slots:])
+        return torch.cat([kept, last], -1), torch.cat([marginal, p[..., slots:, :]], -2)
+
+    return redraw
+
+
+def noised(noise: torch.Tensor) -> Redraw:
+    """SCD's Gumbel coupling as a `Redraw`: every position's `gumbel_max` sample of `p` under its cell's noise
+    (`noise [..., >= L, V]`, row `j`: position `j`'s cell), declared with `p`."""
+
+    def redraw(p: torch.Tensor, drafts: Drafts, uniforms: Uniforms) -> tuple[torch.Tensor, torch.Tensor]:
+        return gumbel_max(p, noise[..., : p.shape[-2], :]), p
+
+    return redraw
+
+
 def redraft(
     p: torch.Tensor,
     drafts: Drafts,
     *,
     advanced: torch.Tensor,
     uniforms: Uniforms,
-    coupling: bool,
+    coupling: bool | str,
     carry_limit: torch.Tensor,
+    redraw: Redraw | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every position after the `advanced [...]` committed cells gives its sample from `p [..., L, V]`
-    (coupled with its old draft in `drafts` `[..., S]` when `coupling`: MC-SJD) as the next draft of its
-    cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell reaches `carry_limit
-    [...]` keep their drafts. Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])`
-    (`carried`: the slot took a new draft)."""
+    (coupled with its old draft in `drafts` `[..., S]` when `coupling`, `True` or mc-sjd's `"maximal"`) as
+    the next draft of its cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell
+    reaches `carry_limit [...]` keep their drafts. A `redraw` rule replaces those samples and proposals (`coupling` is then not
+    read). Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])` (`carried`: the
+    slot took a new draft)."""
     slots = p.shape[-2] - 1  # S = L - 1
     positions = torch.arange(slots + 1, device=p.device)
-    samples = sample(p, uniforms.draw)
-    if coupling and slots:
-        coupled = couple(
-            p[..., :slots, :],
-            drafts.codes,
-            drafts.proposals,
-            uniforms.couple[..., :slots],
-            uniforms.draw[..., :slots],
-        )
-        samples = torch.cat([coupled, samples[..., slots:]], -1)
+    if redraw is not None:
+        samples, proposals = redraw(p, drafts, uniforms)
+    else:
+        if isinstance(coupling, str) and coupling != "maximal":  # mc-sjd's other couplings need their stepper
+            raise ValueError(
+                f"coupling={coupling!r} needs mc-sjd's own window stepper; this one couples maximally"
+            )
+        samples, proposals = sample(p, uniforms.draw), p
+        if coupling and slots:
+            coupled = couple(
+                p[..., :slots, :],
+                drafts.codes,
+                drafts.proposals,
+                uniforms.couple[..., :slots],
+                uniforms.draw[..., :slots],
+            )
+            samples = torch.cat([coupled, samples[..., slots:]], -1)
     source = advanced[..., None] + positions[:slots]
     carried = source < carry_limit[..., None]
     source = source.clamp(max=slots)
     next_drafts = torch.where(carried, samples.gather(-1, source), drafts.codes)
-    carried_q = p.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
+    carried_q = proposals.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
     next_proposals = torch.where(carried[..., None], carried_q, drafts.proposals)
     return next_drafts, next_proposals, carried
 
