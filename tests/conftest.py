@@ -148,9 +148,8 @@ SLOW = frozenset(
         "app/test_ui.py",
         "app/test_browser.py",
         "app/test_limits.py::test_a_long_request_is_cancelled_and_the_next_one_completes",
-        # the notebooks, the docs site
+        # the notebooks (a kernel each; the docs site builds in seconds and stays in the fast lane)
         "test_notebooks.py::test_a_notebook_runs_offline_on_the_built_in_model",
-        "test_docs.py::test_the_site_builds_strictly",
     }
 )
 

@@ -96,7 +96,6 @@ def test_the_fast_lanes_table_names_only_tests_that_exist(pytestconfig):
     assert not stale
 
 
-@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
