@@ -111,6 +111,7 @@ BAD_COMPOSITE_SPECS = [
     ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
     ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
     ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
+    ("zipar+sjd:reuse=0.5", "zipar's rows re-draft independently or with the maximal coupling only"),
     ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
     ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
     ("sjd+lantern:acceptance=exact",

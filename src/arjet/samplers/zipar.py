@@ -113,6 +113,11 @@ class ZipAR(Sampler):
     def validate(self) -> None:
         if self.verify is not None and not isinstance(self.verify, SJD):
             raise ValueError(f"verify must be an SJD sampler or None, got {self.verify!r}")
+        if self.verify is not None and (self.verify.reuse is not None or self.verify.coupling == "gumbel"):
+            raise ValueError(
+                f"zipar's rows re-draft independently or with the maximal coupling only; got the verifier "
+                f"{self.verify!r} (SJD++'s reuse and the Gumbel coupling run on sjd / mc-sjd windows)"
+            )
         super().validate()
 
     @property
