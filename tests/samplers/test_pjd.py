@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from arjet import samplers
-from arjet.samplers import PJD, SJD, LogitsPolicy, pjd
+from arjet.samplers import PJD, LogitsPolicy, pjd
 from arjet.samplers.decode import sample
 from arjet.samplers.jacobi import Drafts, Verdict
-from arjet.session import DecodingSession
 from arjet.testing import tiny_pipeline
 
 from families import guidance_of

@@ -54,7 +54,7 @@ from .decode import Decode
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Drafts, Exact, RuleSampler, Uniforms, Verdict
 from .options import MAX_SIZE, check_fits_grid, option
 from .sjd import SJD
-from .zipar import RowStepper, Rows, check_row_window
+from .zipar import Rows, RowStepper, check_row_window
 
 
 @dataclass(frozen=True)
