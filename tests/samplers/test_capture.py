@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import SJD, SJD2, SJDPAC, ZipAR
+from arjet.samplers import PJD, SJD, SJD2, SJDPAC, ZipAR
 from arjet.samplers.decode import CHECK_EVERY
 from arjet.session import DecodingSession
 from arjet.session.capture import CAPTURED_SPAN_SIZES, compile_mode
@@ -17,6 +17,7 @@ SAMPLERS = [
     SJD(window=4, init="repeat_vertical", coupling=True),
     ZipAR(w=2),
     ZipAR(w=2, verify=SJD(window=3)),
+    PJD(c=2, window=3),
     SJDPAC(window=9, tree_width=2),
     SJDPAC(window=14, init="sample_vertical", coupling=False),
 ]

@@ -115,7 +115,8 @@ def test_parallel_rows_take_fewer_forwards_than_one_row_at_a_time():
 
 # -- options and names --------------------------------------------------------------------------------------------
 def test_the_registry_builds_pjd_from_its_declarations():
-    assert samplers.get("pjd") == PJD() == PJD(c=8, window=8, keep=0.5, init="random")
+    assert samplers.get("pjd") == PJD() == PJD(c=None, window=8, keep=0.5, init="random")
+    assert PJD().lag(16) == 4 and PJD().lag(48) == 12 and PJD().lag(3) == 1 and PJD(c=6).lag(48) == 6
     assert samplers.get("pjd:c=3,window=5,keep=1") == PJD(c=3, window=5, keep=1.0)
     assert [option.name for option in samplers.options("pjd")] == [
         "c",
@@ -297,7 +298,7 @@ def test_negative_control_the_official_keep_proposal_is_rejected(monkeypatch):
     assert goodness_of_fit(codes, exact) < REJECT_BELOW
 
 
-def _cell_tv(codes, exact, vocab=4):
+def _cell_tv(codes, exact, vocab):
     """`[N]` each cell's total variation between the drawn codes' marginal and the exact joint's."""
     cells = codes.shape[1]
     marginals = torch.zeros(cells, vocab, dtype=torch.float64)
@@ -307,21 +308,33 @@ def _cell_tv(codes, exact, vocab=4):
     return 0.5 * (found - marginals).abs().sum(1)
 
 
+@functools.cache
+def _rows_setup(family):
+    """`_setup`, but Janus on a 3x3 grid of 3 codes (19,683 outcomes): on its 2x2 grid a lower row never runs
+    beside the row above (its window stops one cell short of the row above's count, so row 1 starts only
+    once row 0 is complete) and parallel rows are exact."""
+    if family != "janus":
+        return (*_setup(family), 4)
+    pipe = tiny_pipeline(family, grid=(3, 3), vocab_size=3, logit_scale=3.0)
+    return pipe, exact_joint(pipe, PROMPT, (3, 3), POLICY, guidance_of(pipe)), 3
+
+
 # the worst cell's TV measured when written (8000 draws; parallel rows: c = 1, window = 3, keep = 0.5)
-MEASURED_TV = {"janus": 0.0, "emu3": 0.0, "lumina_mgpt": 0.0, "glm_image": 0.0}
-MARGIN = 0.03  # three times the sampling noise of a cell's TV at 8000 draws (~0.01)
+MEASURED_TV = {"janus": 0.0248, "emu3": 0.0370, "lumina_mgpt": 0.0272, "glm_image": 0.0474}
+MARGIN = 0.03  # about three times the sampling noise of the worst of a few cells' TVs at 8000 draws
 
 
 @pytest.mark.slow
 def test_parallel_rows_cost_what_was_measured(family):
     """No bound exists in the paper (nor here): the lower rows condition on an incomplete prefix. So the worst
     cell's total variation from its exact marginal is pinned at what was measured (a regression bound), while
-    one row at a time stays within sampling noise and the joint test rejects parallel rows."""
-    pipe, exact = _setup(family)
+    one row at a time stays within sampling noise and parallel rows measurably do not (by 0.015 to 0.037
+    when written). The joint chi-square test does not see it at 8000 draws on three of the four (p from 0.04
+    to 0.9): the cost sits in the few cells a lower row decodes beside the row above."""
+    pipe, exact, vocab = _rows_setup(family)
     lossy = _draw(pipe, PJD(c=1, window=3), samples=2 * SAMPLES)
     exact_form = _draw(pipe, PJD(c=3, window=3), samples=2 * SAMPLES)
-    worst, floor = float(_cell_tv(lossy, exact).max()), float(_cell_tv(exact_form, exact).max())
+    worst, floor = float(_cell_tv(lossy, exact, vocab).max()), float(_cell_tv(exact_form, exact, vocab).max())
     print(f"\n{family}: worst cell TV, parallel rows {worst:.4f}, one row at a time {floor:.4f}")
-    assert floor < 0.02
-    assert worst <= MEASURED_TV[family] + MARGIN
-    assert goodness_of_fit(lossy, exact) < REJECT_BELOW
+    assert floor < 0.025
+    assert floor + 0.01 < worst <= MEASURED_TV[family] + MARGIN

@@ -92,9 +92,9 @@ def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built)
     assert samplers.get(alias) == samplers.get(canonical) == built
 
 
-def test_the_registered_names_stay_the_twelve_and_composites_are_built_unlisted():
+def test_the_registered_names_stay_the_thirteen_and_composites_are_built_unlisted():
     assert samplers.available() == [
-        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2", "zipar",
+        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "pjd", "sjd", "sjd-pac", "sjd2", "zipar",
         "zipar+lantern", "zipar+sjd",
     ]  # fmt: skip
     schema = samplers.options("zipar+sjd+lantern")

@@ -26,8 +26,8 @@ Notation (the paper's; `zipar.py` has the rows' symbols, `jacobi.py` the shared 
 
 | here                        | paper (symbol)                                  | shape           |
 |-----------------------------|-------------------------------------------------|-----------------|
-| `c`                         | `c`: codes row `r` needs before row `r + 1`     |                 |
-|                             | starts (the context count)                      |                 |
+| `c` (`lag(width)`)          | `c`: codes row `r` needs before row `r + 1`     |                 |
+|                             | starts (the context count; default `W / 4`)     |                 |
 | `window` (`L`)              | `W`: each row's inputs per forward (its last    |                 |
 |                             | code and `L - 1` drafts)                        |                 |
 | `front`                     | the top active row of each image                | `[B, A]`        |
@@ -59,15 +59,16 @@ from .zipar import Rows, RowStepper, check_row_window
 
 @dataclass(frozen=True)
 class PJD(RuleSampler):
-    """`c`: codes a row needs before the row below starts (the paper's context count: 16 and 11 on
-    Lumina-mGPT's 48-wide grid, 6 on LlamaGen's; the official code's 8 here); `window`: each row's inputs per
-    forward (the official code's 8); `keep`: after a rejection, keep a later draft whose `min(1, p/q)` exceeds
-    it (the official code's 0.5; 1: never); `init`: how new draft slots are guessed; `acceptance`: `Exact()`
-    or a relaxed rule."""
+    """`c`: codes a row needs before the row below starts (the paper's context count; None: a quarter of the
+    grid's width, the paper's context coverage ratio of 0.25); `window`: each row's inputs per forward (the
+    official code's 8); `keep`: after a rejection, keep a later draft whose `min(1, p/q)` exceeds it (the
+    official code's 0.5; 1: never); `init`: how new draft slots are guessed; `acceptance`: `Exact()` or a
+    relaxed rule."""
 
-    c: int = option(
-        8,
-        "codes a row needs before the row below starts (c >= the grid's width: one row at a time, exact)",
+    c: int | None = option(
+        None,
+        "codes a row needs before the row below starts (c >= the grid's width: one row at a time, exact); "
+        "none: a quarter of the width",
         minimum=1,
         maximum=MAX_SIZE,
     )
@@ -91,9 +92,13 @@ class PJD(RuleSampler):
         check_row_window(self.name, self.window, type(self).window, grid)
         super().check_grid(grid, max_window, vocab_size=vocab_size)
 
+    def lag(self, width: int) -> int:
+        """`c`, or a quarter of a grid `width` codes wide (at least 1)."""
+        return self.c if self.c is not None else max(1, width // 4)
+
     def run(self, decode: Decode) -> None:
         session = decode.session
-        rows = Rows.from_grid(session.grid, self.c)
+        rows = Rows.from_grid(session.grid, self.lag(session.grid[1]))
         verify = SJD(window=self.window, init=self.init, acceptance=self.acceptance)
         # the top row commits at least one code every forward
         decode.run(FrontStepper(rows, verify, decode, keep=self.keep), session.num_cells - 1)
