@@ -31,7 +31,8 @@ Notation (the paper's; `zipar.py` has the rows' symbols, `jacobi.py` the shared 
 | `window` (`L`)              | `W`: each row's inputs per forward (its last    |                 |
 |                             | code and `L - 1` drafts)                        |                 |
 | `front`                     | the top active row of each image                | `[B, A]`        |
-| `window_cells`              | `min(W, c_{r-1} - c_r)`: a lower row's window   | `[B, A]`        |
+| `window_cells`              | a lower row's drafts: `min(W, c_{r-1} - c_r)`   | `[B, A]`        |
+|                             | inputs with its anchor (the official code's)    |                 |
 | `verdict.accepted`          | `k*`: drafts accepted before the first rejection| `[B, A]`        |
 | `keep`                      | the keep threshold after a rejection (0.5)      |                 |
 | `reuse`: `K(y)`             | `[min(1, p(y)/q(y)) > keep]`                    | `[B, A, S, V]`  |
