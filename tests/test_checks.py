@@ -1,5 +1,6 @@
 """`arjet.checks`: the one module of argument checks every entry point uses."""
 
+import json
 import math
 import os
 import re
@@ -172,8 +173,18 @@ def _checkpoint(folder: Path) -> Path:
             "model.safetensors is not a readable safetensors",
         ),
         (lambda f: _truncate(f / "model" / "extra.bin"), "extra.bin is a torch file cut short or damaged"),
+        (
+            lambda f: _shard_index(f, "../../../../../etc/passwd"),
+            "names the shard '../../../../../etc/passwd', which is not a file inside its folder",
+        ),
+        (
+            lambda f: _shard_index(f, "/etc/passwd"),
+            "names the shard '/etc/passwd', which is not a file inside",
+        ),
+        (lambda f: _shard_index(f, ["x"]), "names the shard ['x'], which is not a file inside its folder"),
     ],
-    ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip"],
+    ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip", "shard-climbs"]
+    + ["shard-absolute", "shard-not-a-name"],
 )
 def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
     folder = _checkpoint(tmp_path / "model")
@@ -181,6 +192,14 @@ def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_pat
     damage(folder)
     with pytest.raises(ValueError, match=f"^--model '{re.escape(str(folder))}': .*{re.escape(message)}"):
         checks.check_checkpoint_files("--model", folder)
+
+
+def _shard_index(folder: Path, shard) -> None:
+    index = {
+        "metadata": {},
+        "weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b.weight": shard},
+    }
+    (folder / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
 def _truncate(path: Path) -> None:

@@ -307,13 +307,30 @@ def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
             continue
         try:
             if suffix == ".json":
-                read_json(path)
+                index = read_json(path)
+                if path.name.endswith(".index.json"):
+                    _check_shard_index(path, index)
             elif suffix == ".safetensors":
                 _check_safetensors_header(path)
             else:
                 _check_torch_zip(path)
         except ValueError as error:
             raise ValueError(f"{name} {str(folder)!r}: {error}") from None
+
+
+def _check_shard_index(path: Path, index: Any) -> None:
+    """A sharded checkpoint's index names its shards as files beside it: a name that is absolute or climbs
+    out of the folder (`../../etc/passwd`) would have a loader read a file the folder does not hold."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{path} has no weight_map object naming its shards")
+    for shard in weight_map.values():
+        inside = isinstance(shard, str) and not Path(shard).is_absolute() and ".." not in Path(shard).parts
+        if not inside or not shard:
+            raise ValueError(
+                f"{path} names the shard {shard!r}, which is not a file inside its folder (a relative name "
+                "without '..' is allowed)"
+            )
 
 
 def _check_safetensors_header(path: Path) -> None:

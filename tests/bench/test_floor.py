@@ -1,15 +1,19 @@
 import pytest
+import torch
 from small_presets import SMALL_CODEBOOK, SMALL_DECODER, small_preset
 
 from arjet.bench.floor import (
     ForwardFloor,
     average_kv_tokens,
     decoder_graph_floor,
+    floor_forward,
     forward_weight_bytes,
     kv_bytes_per_token,
     measure_copy_bandwidth,
+    random_decoder,
 )
 from arjet.presets import random_pipeline
+from arjet.session.decoder import LlamaStackDecoder
 
 
 def test_copy_bandwidth_is_measured_and_checked():
@@ -59,6 +63,23 @@ def test_the_graph_floor_needs_a_cuda_device():
         decoder_graph_floor(
             layers=1, hidden=8, ffn=16, heads=2, kv_heads=2, head_rows=4, cache=8, filled=2, device="cpu"
         )
+
+
+def test_the_floor_runs_arjets_own_decoder_and_it_computes_a_llama_forward():
+    """The floor times arjet's decoder stack (the one every step runs), not a second copy; on the CPU its
+    forward over an empty cache equals transformers' `LlamaModel` over the same embeddings."""
+    decoder = random_decoder(
+        layers=2, hidden=32, ffn=64, heads=4, kv_heads=2, dtype=torch.float64, device=torch.device("cpu")
+    )
+    assert isinstance(decoder, LlamaStackDecoder)
+    head = torch.randn(8, 32, dtype=torch.float64)
+    run = floor_forward(decoder, head, batch=2, width=5, cache=9, filled=0)
+    logits = run()
+    embeds, positions = run.args[2], run.args[3]
+    with torch.no_grad():
+        reference = decoder.backbone(inputs_embeds=embeds, position_ids=positions).last_hidden_state
+    torch.testing.assert_close(logits, reference @ head.T)
+    torch.testing.assert_close(run(), logits)  # the same work at every call
 
 
 @pytest.mark.cuda

@@ -18,7 +18,17 @@ PROMPTS = [
     "a small yellow triangle left of a circle",
     "a",
 ]
-SAMPLERS = ["ar", "sjd:window=3", "mc-sjd:window=4", "sjd-pac:window=9,tree_width=2", "lantern:k=2,delta=0.1"]
+SAMPLERS = [
+    "ar",
+    "sjd:window=3",
+    "mc-sjd:window=4",
+    "sjd-pac:window=9,tree_width=2",
+    "lantern:k=2,delta=0.1",
+    "mc-sjd:window=4,coupling=gumbel",
+    "sjd:window=4,reuse=0.5",
+    "gsd:window=3",
+    "sjd:window=3,acceptance=entropy",
+]
 
 
 def _pipe(family):

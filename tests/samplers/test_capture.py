@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import PJD, SJD, SJD2, SJDPAC, ZipAR
+from arjet.samplers import MCSJD, PJD, SJD, SJD2, SJDPAC, ZipAR
 from arjet.samplers.decode import CHECK_EVERY
 from arjet.session import DecodingSession
 from arjet.session.capture import CAPTURED_SPAN_SIZES, compile_mode
@@ -15,6 +15,8 @@ SAMPLERS = [
     "ar",
     SJD(window=3),
     SJD(window=4, init="repeat_vertical", coupling=True),
+    MCSJD(window=4, coupling="gumbel"),
+    SJD(window=4, init="sample_horizontal", reuse=0.5),
     ZipAR(w=2),
     ZipAR(w=2, verify=SJD(window=3)),
     PJD(c=2, window=3),
@@ -125,7 +127,13 @@ def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     "sampler",
-    ["lantern:k=2,delta=0.1", SJD(window=3, init="sample_horizontal"), SJDPAC(window=9, tree_width=2)],
+    [
+        "lantern:k=2,delta=0.1",
+        "gsd:window=3",
+        "sjd+entropy:window=3",
+        SJD(window=3, init="sample_horizontal"),
+        SJDPAC(window=9, tree_width=2),
+    ],
     ids=repr,
 )
 def test_cuda_graphs_in_bfloat16_give_the_eager_codes(family, sampler):

@@ -5,6 +5,7 @@ chi-square test against the joint distribution obtained by enumerating every cod
 full forward. The negative controls show the same test rejects samplers whose rule is subtly wrong.
 """
 
+import dataclasses
 import functools
 import itertools
 
@@ -13,16 +14,20 @@ import torch
 
 from arjet.samplers import (
     INIT_SCHEMES,
+    MCSJD,
     SJD,
     SJDPAC,
     AcceptanceRule,
+    CoolSD,
     Eagle,
     Eagle2,
     Lantern,
     LogitsPolicy,
     ZipAR,
+    cool_sd,
     eagle,
     jacobi,
+    mc_sjd,
     sjd_pac,
 )
 from arjet.samplers import eagle2 as eagle2_module
@@ -106,7 +111,8 @@ def test_sjd_is_lossless_with_top_p(family):
     + [
         SJDPAC(window=9, tree_width=2, tree_depth=3),
         SJDPAC(window=5, tree_width=3, tree_depth=2, coupling=False, init="repeat_vertical"),
-    ],
+    ]
+    + [MCSJD(window=4, coupling="gumbel"), SJD(window=4, reuse=0.5)],
     ids=repr,
 )
 def test_one_image_at_a_time_decodes_exactly_as_in_a_batch(family, sampler):
@@ -211,6 +217,81 @@ def test_negative_control_wrong_speculative_maths_is_rejected(grid_family, wrong
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, replacement)
     assert goodness_of_fit(_draw(pipe, SJD(window=3), samples=2 * SAMPLES), exact) < REJECT_BELOW
+
+
+# -- mc-sjd's Gumbel coupling, SJD++'s reuse --------------------------------------------------------------
+REDRAFTS = [
+    MCSJD(window=3, coupling="gumbel"),
+    MCSJD(window=4, coupling="gumbel", init="sample_horizontal"),
+    SJD(window=3, reuse=0.5),
+    SJD(window=4, reuse=0.0, init="repeat_vertical"),
+    SJD(window=4, reuse=2.0),
+]
+
+
+@pytest.mark.parametrize("sampler", REDRAFTS, ids=repr)
+def test_gumbel_coupled_and_reused_redrafts_are_lossless(family, sampler):
+    pipe, exact = _setup(family)
+    assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
+
+
+class _EveryOtherStepOneCode(mc_sjd.GumbelStepper):
+    """Every other step narrowed to one code, as an engine may narrow a window."""
+
+    def step(self):
+        self.window = 1 if self.window > 1 else self.reach
+        super().step()
+
+
+@dataclasses.dataclass(frozen=True)
+class _GumbelWithOneCodeSteps(MCSJD):
+    def stepper(self, decode):
+        return _EveryOtherStepOneCode(self, decode)
+
+
+@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt"])
+def test_the_gumbel_coupling_through_one_code_steps_is_lossless(grid_family):
+    """The cells committed by one-code steps move the noise on too (`test_mc_sjd.py` checks the rows)."""
+    pipe, exact = _setup(grid_family)
+    assert goodness_of_fit(_draw(pipe, _GumbelWithOneCodeSteps(window=4, coupling="gumbel")), exact) > ALPHA
+
+
+_exponentials = mc_sjd.exponentials
+
+
+def _one_row(u):
+    """Noise of the first row for every row: all cells of the window share it."""
+    return _exponentials(u[:, :1]).expand_as(u)
+
+
+def test_negative_control_gumbel_noise_never_advanced_is_rejected(family, monkeypatch):
+    """One noise vector per image, shared by every cell and never replaced: the official code's one-code-phase
+    reuse throughout the decode (a verified cell's noise serves the next cells). Measured when written, 8000
+    draws of windows of 3: p ~ 1e-21 (emu3), 1e-73 (Lumina-mGPT), 1e-80 (GLM-Image), 0 (Janus); 4000 draws
+    leave emu3 at 1e-5."""
+    monkeypatch.setattr(mc_sjd, "advanced_noise", lambda noise, advanced, fresh: noise)
+    monkeypatch.setattr(mc_sjd, "exponentials", _one_row)
+    pipe, exact = _setup(family)
+    codes = _draw(pipe, MCSJD(window=3, coupling="gumbel"), samples=2 * SAMPLES)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+_reuse = jacobi.reuse
+
+
+def _reuse_declared_with_p(p, previous, previous_q, tau, u_draw):
+    """SJD++'s draft declared with the new target `p` (the third-party reading), not its marginal."""
+    codes, _ = _reuse(p, previous, previous_q, tau, u_draw)
+    return codes, p
+
+
+@pytest.mark.parametrize("grid_family", ["emu3", "lumina_mgpt", "glm_image"])
+def test_negative_control_reused_drafts_declared_with_p_are_rejected(grid_family, monkeypatch):
+    """Measured when written, 8000 draws at reuse=0 (a draft is kept wherever p allows it): p ~ 1e-28 (emu3),
+    2e-12 (Lumina-mGPT), 1e-15 (GLM-Image, window 3). Janus's 2x2 grid leaves too few re-drafts to show it."""
+    monkeypatch.setattr(jacobi, "reuse", _reuse_declared_with_p)
+    pipe, exact = _setup(grid_family)
+    assert goodness_of_fit(_draw(pipe, SJD(window=4, reuse=0.0), samples=2 * SAMPLES), exact) < REJECT_BELOW
 
 
 # -- sjd-pac -----------------------------------------------------------------------------------------------
@@ -558,3 +639,43 @@ def _as_draws(init):
         self.top = False  # verified as draws from q
 
     return wrapped
+
+
+# -- cool-sd: COOL-SD's annealed rule on the drafter trees ---------------------------------------------------
+UNIT = CoolSD(delta=1.0, nu=0.0)  # w = 1 at every position: exact speculative decoding
+COOL_TREES = {
+    "eagle": Eagle(window=4, tree_width=2, tree_depth=2, acceptance=UNIT),
+    "eagle2": Eagle2(tree_width=2, expand=1, tree_depth=3, acceptance=UNIT),
+}
+STRICT = Eagle(window=4, tree_width=2, tree_depth=2, acceptance=CoolSD(delta=0.5, nu=0.0))  # w = 0.5 < 1
+
+
+@pytest.mark.parametrize("tree", list(COOL_TREES))
+def test_cool_sd_with_unit_weights_is_lossless_in_a_batch(family, tree):
+    pipe, exact = _drafted(family)
+    assert goodness_of_fit(_draw(pipe, COOL_TREES[tree]), exact) > ALPHA
+
+
+def test_cool_sd_stricter_than_exact_is_lossless_with_its_residual():
+    """Weights below 1 accept less than exact speculative decoding, and the optimal residual
+    `norm(max(0, p - q f))` gives back exactly what they refused (see `arjet.samplers.cool_sd`)."""
+    _, exact = _one_tree_setup(NO_TOP_K)
+    codes = _draw(_one_tree_drafted(), STRICT, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) > ALPHA
+
+
+def test_negative_control_cool_sd_stricter_with_the_exact_residual_is_rejected(monkeypatch):
+    """The same weights with the exact residual `norm(max(0, p - q))`, which holds too little mass where
+    `q` passes less than it should."""
+    monkeypatch.setattr(cool_sd, "relaxed_residual", lambda p, q, weight: jacobi.residual(p, q))
+    _, exact = _one_tree_setup(NO_TOP_K)
+    codes = _draw(_one_tree_drafted(), STRICT, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW
+
+
+def test_negative_control_cool_sd_relaxed_is_rejected():
+    """Weights above 1 are the relaxation itself: not exact."""
+    _, exact = _one_tree_setup(NO_TOP_K)
+    relaxed = Eagle(window=4, tree_width=2, tree_depth=2, acceptance=CoolSD(delta=2.0, nu=0.0))
+    codes = _draw(_one_tree_drafted(), relaxed, samples=2 * SAMPLES, policy=NO_TOP_K)
+    assert goodness_of_fit(codes, exact) < REJECT_BELOW

@@ -31,7 +31,7 @@ def test_a_name_is_its_spec_with_every_default_spelled_out(name):
 
 def test_the_registry_reads_the_samplers_own_declarations():
     """An option's default and range are written on the sampler class; the schema is that declaration."""
-    assert samplers.options("sjd")[:3] == options_of(SJD)
+    assert samplers.options("sjd")[:4] == options_of(SJD)
     assert samplers.options("sjd-pac") == options_of(SJDPAC)
     assert samplers.options("lantern")[:5] == options_of(Lantern)
     assert SJD().window == options_of(SJD)[0].default == 16
@@ -41,15 +41,24 @@ def test_the_registry_reads_the_samplers_own_declarations():
 BAD_SPECS = [
     (
         "sjd:windw=8",
-        "bad arguments for sampler 'sjd': no option 'windw'; valid options: window, init, coupling, acceptance",
+        "bad arguments for sampler 'sjd': no option 'windw'; valid options: window, init, coupling, reuse, "
+        "acceptance",
     ),
-    ("mc-sjd:coupling=false", "no option 'coupling'; valid options: window, init, acceptance"),
+    ("mc-sjd:coupling=false", "coupling must be one of maximal, gumbel; got 'false'"),
+    ("mc-sjd:reuse=0.5", "no option 'reuse'; valid options: window, init, coupling, acceptance"),
+    ("sjd:reuse=-0.5", "reuse must be a finite number >= 0, got '-0.5'"),
+    ("sjd:reuse=inf", "reuse must be a finite number >= 0, got 'inf'"),
+    ("sjd:reuse=high", "reuse must be a finite number >= 0, got 'high'"),
+    (
+        "sjd:coupling=true,reuse=0.5",
+        "coupling=True and reuse=0.5 are two ways to re-draft a slot (MC-SJD, SJD++); give one of them",
+    ),
     ("ar:window=4", "no option 'window'; valid options: none (it takes no options)"),
     ("sjd:window=16,window=32", "option window is given twice in 'window=16,window=32'; give it once"),
     ("sjd:coupling=maybe", "coupling must be true or false, got 'maybe'"),
     ("sjd:coupling=1", "coupling must be true or false, got '1'"),
     ("sjd2:coupling=yes", "coupling must be true or false, got 'yes'"),
-    ("sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("sjd:acceptance=foo", "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'"),
     ("sjd:init=diagonal", "init must be one of random, repeat_horizontal"),
     ("sjd:window=0", "window must be an integer from 1 to 16384, got '0'"),
     ("sjd:window=300000", "window must be an integer from 1 to 16384, got '300000'"),
@@ -78,6 +87,7 @@ BAD_ALIAS_SPECS = [
      "bad arguments for sampler 'lantern': coupling applies to Jacobi drafts; lantern with drafter=true takes no "
      "coupling"),
     ("lantern:drafter=true,window=5", "window applies to Jacobi drafts; lantern with drafter=true takes no window"),
+    ("lantern:drafter=true,reuse=0.5", "reuse applies to Jacobi drafts; lantern with drafter=true takes no reuse"),
     ("lantern:drafter=true,init=repeat_vertical", "init applies to Jacobi drafts; lantern with drafter=true"),
     ("lantern:expand=2", "expand shapes a drafter's tree; lantern takes it with drafter=true only"),
     ("lantern:children=top", "children shapes a drafter's tree; lantern takes it with drafter=true only"),
@@ -89,24 +99,33 @@ BAD_ALIAS_SPECS = [
     ("lantern++:window=1", "window must be an integer from 2 to 16384, got '1'"),
     ("lantern++:windw=3", "no option 'windw'; valid options: k, delta, lam, bound, top, window, tree_width, "
      "tree_depth, coupling, init, drafter, chain"),
-    ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, acceptance"),
-    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern; got 'foo'"),
+    ("sjd:acceptance=lantern,k=4", "no option 'k'; valid options: window, init, coupling, reuse, acceptance"),
+    ("zipar+sjd:acceptance=foo", "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'"),
     ("zipar+lantern:acceptance=exact", "bad arguments for sampler 'zipar+lantern': no option 'acceptance'; valid "
-     "options: w, schedule, window, init, coupling, k, delta, lam, bound, top"),
+     "options: w, schedule, window, init, coupling, reuse, k, delta, lam, bound, top"),
     ("zipar+lantern:w=1", "w must be an integer from 2 to 16384, got '1'"),
 ]  # fmt: skip
 # a composite, method[+verifier][+rule], takes the parts its parts hold and the options they declare
 BAD_COMPOSITE_SPECS = [
-    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern after it, not '+sjd'"),
+    ("sjd+sjd", "unknown sampler 'sjd+sjd': sjd takes +lantern or +gsd or +entropy after it, not '+sjd'"),
     ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
     ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
     ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
     ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
     ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
     ("sjd+lantern:acceptance=exact",
-     "bad arguments for sampler 'sjd+lantern': no option 'acceptance'; valid options: window, init, coupling, k"),
+     "bad arguments for sampler 'sjd+lantern': no option 'acceptance'; valid options: window, init, coupling, "
+     "reuse, k"),
     ("eagle2+lantern:window=4", "no option 'window'; valid options: tree_width, expand, tree_depth, children, k"),
     ("sjd-pac+lantern:tree_width=64,tree_depth=16", "make a tree of"),
+    ("gsd:group=0", "group must be an integer from 1 to 256, got '0'"),
+    ("gsd:prob_gap=2", "prob_gap must be a finite number from 0 to 1, got '2'"),
+    ("gsd:distance=-1", "distance must be a finite number from 0 to 1e+06, got '-1' (none drops"),
+    ("sjd+entropy:e=0", "e must be a finite number from 1e-06 to 1e+06, got '0'"),
+    ("mc-sjd+entropy:temperature=maybe", "temperature"),
+    ("sjd:acceptance=gsd,group=3", "no option 'group'"),
+    ("sjd:acceptance=tight", "acceptance must be one of exact, lantern, gsd, entropy; got 'tight'"),
+    ("gsd+entropy", "unknown sampler 'gsd+entropy': no method 'gsd'"),
 ]  # fmt: skip
 ALL_BAD_SPECS = BAD_SPECS + BAD_ALIAS_SPECS + BAD_COMPOSITE_SPECS
 
@@ -124,7 +143,8 @@ def test_specs_are_typed_by_the_schema():
     assert isinstance(sampler.acceptance, Lantern)
     assert samplers.get("zipar:w=none").w is None and samplers.get("sjd2:levels=none").levels is None
     assert samplers.get("lantern:delta=0.2,lam=none").acceptance.delta == 0.2
-    assert samplers.get("mc-sjd").coupling is True
+    assert samplers.get("mc-sjd").coupling == "maximal"
+    assert samplers.get("sjd:reuse=0.5").reuse == 0.5 and samplers.get("sjd:reuse=none").reuse is None
 
 
 def test_a_sampler_registered_without_a_schema_still_refuses_repeated_and_unknown_options(monkeypatch):
@@ -260,6 +280,8 @@ OVERSIZED = {
         ("sjd-pac:window=1000", "window=1000 is larger than the 256 cells"),
     ],
     "eagle": [("eagle:window=1000", "window=1000 is larger than the 256 cells")],
+    "cool-sd": [("cool-sd:window=1000", "window=1000 is larger than the 256 cells")],
+    "gsd": [("gsd:window=1000", "window=1000 is larger than the 256 cells")],
     "eagle2": [
         ("eagle2:tree_width=64,expand=64,tree_depth=16", "make a tree of 57,409 nodes, more than the 256 cells"),
         ("eagle2:tree_width=64,expand=64,tree_depth=8", "make a tree of 24,641 nodes"),

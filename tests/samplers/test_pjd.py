@@ -158,11 +158,12 @@ def _keep_problem(vocab=6, n=200_000, seed=0):
     p = torch.softmax(2 * torch.randn(vocab, generator=g), -1)
     q = torch.softmax(2 * torch.randn(vocab, generator=g), -1)
     old = sample(q.expand(n, vocab), torch.rand(n, generator=g))
-    new = sample(p.expand(n, vocab), torch.rand(n, generator=g))
+    u_draw = torch.rand(n, 1, generator=g).expand(n, 2)  # the new sample's uniform (at every position)
+    new = sample(p.expand(n, vocab), u_draw[:, 1])
     window = torch.stack([torch.zeros_like(p), p], 0).expand(n, 2, vocab)  # position 1 is the reused slot
     drafts = Drafts(torch.stack([old, old], 1), q.expand(n, 2, vocab))  # slot 0 was rejected
     verdict = Verdict(torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=torch.bool), None)
-    return p, q, window, drafts, new, verdict
+    return p, q, window, drafts, new, verdict, u_draw
 
 
 @pytest.mark.parametrize(("keep", "every_code_kept"), [(0.0, True), (0.5, False), (0.9, False)])
@@ -171,7 +172,7 @@ def test_a_reused_draft_is_stored_with_the_distribution_it_is_drawn_from(keep, e
     `p(x) > keep q(x)`, else the new sample; its stored proposal is the empirical distribution of what it
     holds (within sampling noise): `q` when every code passes, else not `q` (what the official code stores
     for a kept draft)."""
-    p, q, window, drafts, new, verdict = _keep_problem()
+    p, q, window, drafts, new, verdict, u_draw = _keep_problem()
     n, vocab = new.shape[0], p.shape[0]
     codes = torch.stack([new, new], 1)
     proposals = window[:, 1:2].expand(n, 2, vocab).clone()
@@ -185,6 +186,7 @@ def test_a_reused_draft_is_stored_with_the_distribution_it_is_drawn_from(keep, e
         advanced=torch.ones(n, dtype=torch.long),
         verdict=verdict,
         keep=keep,
+        u_draw=u_draw,
     )
     found = torch.bincount(next_codes[:, 0], minlength=vocab).double() / n
     stored = next_proposals[0, 0].double()
@@ -199,7 +201,7 @@ def test_a_reused_draft_is_stored_with_the_distribution_it_is_drawn_from(keep, e
 
 
 def test_nothing_is_reused_without_a_rejection():
-    p, _, window, drafts, new, verdict = _keep_problem(n=8)
+    p, _, window, drafts, new, verdict, u_draw = _keep_problem(n=8)
     codes, proposals = torch.stack([new, new], 1), window[:, 1:2].expand(8, 2, 6).clone()
     accepted = Verdict(torch.ones(8, dtype=torch.long), torch.zeros(8, dtype=torch.bool), None)
     carried = torch.ones(8, 2, dtype=torch.bool)
@@ -213,6 +215,7 @@ def test_nothing_is_reused_without_a_rejection():
             advanced=torch.full((8,), advanced),
             verdict=outcome,
             keep=0.0,
+            u_draw=u_draw,
         )
         reused = torch.arange(2) + advanced > outcome.accepted[:, None]
         reused &= outcome.rejected[:, None] & (torch.arange(2) + advanced < 2)
@@ -259,7 +262,7 @@ def test_one_row_at_a_time_is_exactly_ar(family, sampler):
     assert goodness_of_fit(_draw(pipe, sampler), exact) > ALPHA
 
 
-def _official_reuse(p, drafts, codes, proposals, carried, *, advanced, verdict, keep):
+def _official_reuse(p, drafts, codes, proposals, carried, *, advanced, verdict, keep, u_draw):
     """The official code's keep rule: a kept draft keeps its old proposal `q`; a new sample is stored with `p`."""
     slots = drafts.codes.shape[-1]
     source = advanced[..., None] + torch.arange(slots)

@@ -5,7 +5,7 @@ line however long the spec (the command line, the pipe and the server all show i
 import pytest
 
 from arjet import samplers
-from arjet.samplers import MCSJD, SJD, SJDPAC, Eagle, Eagle2, Lantern, ZipAR, options_of
+from arjet.samplers import GSD, MCSJD, SJD, SJDPAC, CoolSD, Eagle, Eagle2, Entropy, Lantern, ZipAR, options_of
 from arjet.samplers.options import parse_options
 
 LONG = 900_000
@@ -84,6 +84,18 @@ ALIASES = [  # (what a user types, the canonical spec it expands to, the object 
      ZipAR(w=2, verify=SJD(window=4, acceptance=Lantern(k=4)))),
     ("zipar+sjd:acceptance=lantern", "zipar+sjd+lantern", ZipAR(verify=SJD(acceptance=Lantern()))),
     ("mc-sjd:acceptance=lantern,window=3", "mc-sjd+lantern:window=3", MCSJD(window=3, acceptance=Lantern())),
+    ("mc-sjd:coupling=gumbel,acceptance=lantern", "mc-sjd+lantern:coupling=gumbel",
+     MCSJD(coupling="gumbel", acceptance=Lantern())),
+    ("sjd:reuse=0.5,acceptance=lantern", "sjd+lantern:reuse=0.5", SJD(reuse=0.5, acceptance=Lantern())),
+    ("gsd", "sjd+gsd", SJD(acceptance=GSD())),
+    ("gsd:group=25,window=5", "sjd+gsd:group=25,window=5", SJD(5, acceptance=GSD(group=25))),
+    ("sjd:acceptance=gsd", "sjd+gsd", SJD(acceptance=GSD())),
+    ("sjd:acceptance=entropy", "sjd+entropy", SJD(acceptance=Entropy())),
+    ("mc-sjd:acceptance=entropy", "mc-sjd+entropy", MCSJD(acceptance=Entropy())),
+    ("sjd-pac+entropy:temperature=true", "sjd-pac+entropy:temperature=true",
+     SJDPAC(acceptance=Entropy(temperature=True))),
+    ("cool-sd", "eagle+cool-sd", Eagle(acceptance=CoolSD())),
+    ("cool-sd:delta=2,chain=jacobi", "eagle+cool-sd:delta=2,chain=jacobi", Eagle(chain="jacobi", acceptance=CoolSD(2.0))),
 ]  # fmt: skip
 
 
@@ -92,10 +104,10 @@ def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built)
     assert samplers.get(alias) == samplers.get(canonical) == built
 
 
-def test_the_registered_names_stay_the_thirteen_and_composites_are_built_unlisted():
+def test_the_registered_names_stay_the_fifteen_and_composites_are_built_unlisted():
     assert samplers.available() == [
-        "ar", "eagle", "eagle2", "lantern", "lantern++", "mc-sjd", "pjd", "sjd", "sjd-pac", "sjd2", "zipar",
-        "zipar+lantern", "zipar+sjd",
+        "ar", "cool-sd", "eagle", "eagle2", "gsd", "lantern", "lantern++", "mc-sjd", "pjd", "sjd", "sjd-pac",
+        "sjd2", "zipar", "zipar+lantern", "zipar+sjd",
     ]  # fmt: skip
     schema = samplers.options("zipar+sjd+lantern")
     assert schema == (*options_of(ZipAR), *options_of(SJD), *options_of(Lantern))
@@ -109,14 +121,19 @@ def test_each_alias_keeps_its_options_in_their_order():
     """A paper name takes the options of both its forms (the rule's first), as before the forms moved."""
     names = {name: [option.name for option in samplers.options(name)] for name in ("lantern", "lantern++")}
     assert names["lantern"] == [
-        "k", "delta", "lam", "bound", "top", "window", "init", "coupling", "drafter", "tree_width", "expand",
+        "k", "delta", "lam", "bound", "top", "window", "init", "coupling", "reuse", "drafter", "tree_width", "expand",
         "tree_depth", "children",
     ]  # fmt: skip
     assert names["lantern++"] == [
         "k", "delta", "lam", "bound", "top", "window", "tree_width", "tree_depth", "coupling", "init", "drafter",
         "chain",
     ]  # fmt: skip
-    assert [option.name for option in samplers.options("mc-sjd")] == ["window", "init", "acceptance"]
+    assert [option.name for option in samplers.options("mc-sjd")] == [
+        "window",
+        "init",
+        "coupling",
+        "acceptance",
+    ]
 
 
 def test_an_option_of_the_other_form_at_its_default_is_accepted():

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaModel
 
 from .. import checks, machine
+from ..presets.meta import materialize_random_, parameters_on_meta
+from ..session.decoder import LlamaStackDecoder
 
 CUDA_COPY_BYTES = 1 << 30  # 1 GiB per buffer: far past every cache, so the copy runs at memory speed
 CPU_COPY_BYTES = 256 << 20
@@ -108,6 +112,24 @@ class GraphFloor:
     graph_ms: float  # the same forward captured in one CUDA graph and replayed
 
 
+def random_decoder(
+    *, layers: int, hidden: int, ffn: int, heads: int, kv_heads: int, dtype: torch.dtype, device: torch.device
+) -> LlamaStackDecoder:
+    """arjet's own Llama decoder stack (the one every step runs: stacked products, a static cache written by
+    slot) over a transformers `LlamaModel` of these shapes with seeded random weights, made on `device`."""
+    config = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=1,  # its embedding table is never read: the floor feeds embeddings
+    )
+    with parameters_on_meta():
+        backbone = LlamaModel(config)
+    return LlamaStackDecoder(materialize_random_(backbone, device, dtype))
+
+
 def decoder_graph_floor(
     *,
     layers: int,
@@ -124,12 +146,11 @@ def decoder_graph_floor(
     device: torch.device | str = "cuda",
     repeats: int = 50,
 ) -> list[GraphFloor]:
-    """The achievable cost of one decoding forward at these shapes on this GPU: a minimal Llama-style decoder
-    (fused q/k/v and gate/up products, a static KV cache of `cache` slots written by index, an additive mask
-    over all of them with `filled` slots visible, a code head of `head_rows` rows) with random weights, run
-    eagerly and captured in one CUDA graph, for each query width. `batch` 2 is one image with CFG. What
-    arjet's decode step costs beyond the graph figure is its own overhead (`../shared/perf/graph_floor.py`
-    measures the same decoder for hand-picked shapes)."""
+    """The achievable cost of one decoding forward at these shapes on this GPU: arjet's decoder stack
+    (`random_decoder`) over a static cache of `cache` slots with `filled` of them visible, and a code head of
+    `head_rows` rows, run eagerly and captured in one CUDA graph, for each query width. `batch` 2 is one image
+    with CFG. What a decode step costs beyond the graph figure is the sampler's own work around the forward
+    (`../shared/perf/graph_floor.py` measures a hand-written decoder of hand-picked shapes)."""
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"the graph floor captures CUDA graphs: it needs a CUDA device, got {device}")
@@ -137,42 +158,11 @@ def decoder_graph_floor(
         raise ValueError(
             f"filled ({filled}) + the widest query ({max(queries)}) must fit the cache ({cache})"
         )
-    head_dim = hidden // heads
-    generator = torch.Generator(device=device).manual_seed(0)
-
-    def weight(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, device=device, dtype=dtype, generator=generator) * 0.02
-
-    kv_width = kv_heads * head_dim
-    stack = [
-        (
-            weight(hidden + 2 * kv_width, hidden),
-            weight(hidden, hidden),
-            weight(2 * ffn, hidden),
-            weight(hidden, ffn),
-        )
-        for _ in range(layers)
-    ]
-    head = weight(head_rows, hidden)
-
-    def forward(x, keys, values, mask, slots):
-        rows, q, _ = x.shape
-        for (qkv, out, gate_up, down), k_cache, v_cache in zip(stack, keys, values, strict=True):
-            h = F.rms_norm(x, (hidden,))
-            qq, kk, vv = F.linear(h, qkv).split([hidden, kv_width, kv_width], -1)
-            k_cache.index_copy_(2, slots, kk.view(rows, q, kv_heads, head_dim).transpose(1, 2))
-            v_cache.index_copy_(2, slots, vv.view(rows, q, kv_heads, head_dim).transpose(1, 2))
-            attended = F.scaled_dot_product_attention(
-                qq.view(rows, q, heads, head_dim).transpose(1, 2),
-                k_cache,
-                v_cache,
-                attn_mask=mask,
-                enable_gqa=kv_heads != heads,
-            )
-            x = x + F.linear(attended.transpose(1, 2).reshape(rows, q, hidden), out)
-            gate, up = F.linear(F.rms_norm(x, (hidden,)), gate_up).chunk(2, -1)
-            x = x + F.linear(F.silu(gate) * up, down)
-        return F.linear(F.rms_norm(x, (hidden,)), head)
+    decoder = random_decoder(
+        layers=layers, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv_heads, dtype=dtype, device=device
+    )
+    generator = torch.Generator(device=device).manual_seed(1)
+    head = torch.randn(head_rows, hidden, device=device, dtype=dtype, generator=generator) * 0.02
 
     def timed(fn, reps: int) -> float:
         torch.cuda.synchronize(device)
@@ -183,15 +173,7 @@ def decoder_graph_floor(
         return (time.perf_counter() - start) / reps * 1e3
 
     def measure(width: int) -> GraphFloor:
-        keys = [
-            torch.zeros(batch, kv_heads, cache, head_dim, device=device, dtype=dtype) for _ in range(layers)
-        ]
-        values = [torch.zeros_like(k) for k in keys]
-        x = weight(batch, width, hidden)
-        slots = torch.arange(filled, filled + width, device=device)
-        mask = torch.zeros(batch, 1, width, cache, device=device, dtype=dtype)
-        mask[..., filled + width :] = torch.finfo(dtype).min
-        run = functools.partial(forward, x, keys, values, mask, slots)
+        run = floor_forward(decoder, head, batch=batch, width=width, cache=cache, filled=filled)
         with torch.inference_mode():
             for _ in range(3):
                 run()
@@ -212,3 +194,25 @@ def decoder_graph_floor(
         results.append(measure(width))
         torch.cuda.empty_cache()
     return results
+
+
+def floor_forward(
+    decoder: LlamaStackDecoder, head: torch.Tensor, *, batch: int, width: int, cache: int, filled: int
+) -> Callable[[], torch.Tensor]:
+    """One decoding forward of `width` query tokens per row over a fresh static cache of `cache` slots whose
+    first `filled` are visible (slots `filled ..` written by the queries, causally among themselves), then the
+    code head: a closure returning the logits `[batch, width, head_rows]`, the same work at every call."""
+    device, dtype = head.device, head.dtype
+    generator = torch.Generator(device=device).manual_seed(2)
+    embeds = torch.randn(batch, width, head.shape[1], device=device, dtype=dtype, generator=generator)
+    slots = torch.arange(filled, filled + width, device=device).expand(batch, width)
+    positions = slots.clone()
+    visible = torch.arange(cache, device=device) <= slots[..., None]  # [batch, width, cache]
+    mask = torch.zeros(visible.shape, device=device, dtype=dtype)
+    mask = mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+    kv = decoder.new_cache(batch, cache)
+    return functools.partial(_forward_and_head, decoder, kv, embeds, positions, slots, mask, head)
+
+
+def _forward_and_head(decoder, kv, embeds, positions, slots, mask, head) -> torch.Tensor:
+    return F.linear(decoder.forward(kv, embeds, positions, slots, mask), head)

@@ -112,11 +112,23 @@ def chain_stats(preview: DecodeStats, target: DecodeStats) -> DecodeStats:
         extra={
             **preview.extra,
             **target.extra,
+            **chained_bound(preview.extra, target.extra),
             "preview_grid": list(preview.commit_step.shape),
             "preview_forward_passes": preview.forward_passes,
             "preview_commit_step": preview.commit_step.tolist(),
         },
     )
+
+
+def chained_bound(preview: dict, target: dict) -> dict:
+    """The total-variation bound over both grids, where the decode reports one: the sums add up, the
+    largest position is the larger of the two."""
+    if "tv_bound" not in preview:
+        return {}
+    return {
+        "tv_bound": preview["tv_bound"] + target.get("tv_bound", 0.0),
+        "tv_bound_max": max(preview["tv_bound_max"], target.get("tv_bound_max", 0.0)),
+    }
 
 
 def not_started(sampler: str, grid: tuple[int, int]) -> DecodeStats:

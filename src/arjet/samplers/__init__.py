@@ -5,10 +5,11 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `pjd.py`, `lantern.py`), the pieces they share in
-`jacobi.py` (drafts, acceptance rules, verify, resample, redraft, couple, initial guesses), the contract in
-`base.py` (what a sampler declares) and `decode.py` (what `run(decode)` receives: the policy, the random
-streams, the trace and the loop), options in `options.py`, names in `registry.py` (composites
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `pjd.py`; the relaxed acceptance rules `lantern.py`,
+`gsd.py`, `entropy.py`, `cool_sd.py`), the pieces they share in `jacobi.py` (drafts, acceptance rules, verify,
+resample, redraft, couple, initial guesses), the contract in `base.py` (what a sampler declares) and
+`decode.py` (what `run(decode)` receives: the policy, the random streams, the trace and the loop), options in
+`options.py`, names in `registry.py` (composites
 `method[+verifier][+rule]` such as `zipar+sjd+lantern`, and the paper names that are aliases of one).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .ar import AR
 from .base import Part, Sampler, requirements
+from .cool_sd import CoolSD
 from .decode import (
     Decode,
     DecodeStats,
@@ -35,6 +37,8 @@ from .decode import (
 )
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .entropy import Entropy
+from .gsd import GSD
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
 from .mc_sjd import MCSJD
@@ -58,13 +62,16 @@ __all__ = [
     "SJD2",
     "SJDPAC",
     "AcceptanceRule",
+    "CoolSD",
     "Decode",
     "Eagle",
     "Eagle2",
     "DecodeStats",
     "DecodeStatus",
     "DecodeTrace",
+    "Entropy",
     "Exact",
+    "GSD",
     "ImageRandom",
     "Interrupted",
     "Lantern",

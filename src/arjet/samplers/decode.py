@@ -353,6 +353,14 @@ class StopFlag:
 
 
 @dataclass
+class BoundReported:
+    """Whether any step of a decode reported a total-variation bound (it verifies with an acceptance rule);
+    one object shared by a trace and its lane views, so an engine's lane reports what its steps did."""
+
+    value: bool = False
+
+
+@dataclass
 class DecodeStats:
     """What one image cost: forward passes, committed tokens per step, and when each cell was committed."""
 
@@ -439,6 +447,9 @@ class DecodeTrace:
         # tokens committed by the k-th forward pass that committed any (each forward of a running image does)
         self.accepted = torch.zeros(batch, cells + 1, dtype=torch.long, device=device)
         self.steps = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        # the relaxed acceptance's total-variation bound of the committed codes: its sum, its largest position
+        self.tv_bound = torch.zeros(batch, 2, device=device)
+        self.bound_reported = BoundReported()
         self.on_step = on_step
         self.on_progress = on_progress
         self.runner = runner
@@ -460,6 +471,7 @@ class DecodeTrace:
         view.session = session
         view.codes, view.commit_step = self.codes[start:stop], self.commit_step[start:stop]
         view.accepted, view.steps = self.accepted[start:stop], self.steps[start:stop]
+        view.tv_bound, view.bound_reported = self.tv_bound[start:stop], self.bound_reported
         view.on_step = view.on_progress = view.runner = None
         view.stop = self.stop
         view.check_every_step = view.hooks_by_loop = False
@@ -471,9 +483,25 @@ class DecodeTrace:
         self.commit_step.zero_()
         self.accepted.zero_()
         self.steps.zero_()
+        self.tv_bound.zero_()
 
-    def commit(self, cells: torch.Tensor, codes: torch.Tensor, valid: torch.Tensor | None = None) -> None:
-        """Record codes `[B, n]` as final at cells `[B, n]` (where `valid`), stamped with the current step."""
+    def commit(
+        self,
+        cells: torch.Tensor,
+        codes: torch.Tensor,
+        valid: torch.Tensor | None = None,
+        *,
+        bound: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Record codes `[B, n]` as final at cells `[B, n]` (where `valid`), stamped with the current step.
+        `bound`: what the step's verification adds to each image's total-variation bound, `(sum, max)` of
+        its positions' bounds, `[B, ...]` each (a sampler that verifies with an acceptance rule passes its
+        verdict's, `jacobi.Bound`; the stats then report it)."""
+        if bound is not None:
+            self.bound_reported.value = True
+            total, worst = (part.reshape(part.shape[0], -1) for part in bound)
+            self.tv_bound[:, 0] += total.sum(1)
+            self.tv_bound[:, 1] = torch.maximum(self.tv_bound[:, 1], worst.amax(1))
         if valid is None:
             valid = cells >= 0
         scratch = self.codes.shape[1]  # invalid entries are written to an extra column, then dropped
@@ -503,6 +531,7 @@ class DecodeTrace:
         tokens = (self.codes >= 0).sum(1).tolist()
         commit_step = self.commit_step.to("cpu", copy=True)  # the trace may be reused (an engine lane)
         drafted = self.session.drafter_passes.tolist()
+        bounds = self.tv_bound.tolist() if self.bound_reported.value else None
         return [
             DecodeStats(
                 sampler=name,
@@ -510,7 +539,10 @@ class DecodeTrace:
                 tokens=tokens[i],
                 accepted_per_step=accepted[i][: steps[i]],
                 commit_step=commit_step[i].view(grid),
-                extra={"drafter_forwards": drafted[i]} if drafted[i] else {},
+                extra={
+                    **({"drafter_forwards": drafted[i]} if drafted[i] else {}),
+                    **({"tv_bound": bounds[i][0], "tv_bound_max": bounds[i][1]} if bounds else {}),
+                },
             )
             for i in range(self.session.batch_size)
         ]

@@ -57,6 +57,7 @@ candidate is verified against LANTERN's relaxed target instead: not exact (see `
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -66,6 +67,7 @@ from ..session.drafting import DraftingCache
 from .decode import Decode, Stepper, sample
 from .jacobi import (
     AcceptanceRule,
+    Bound,
     Exact,
     RuleContext,
     RuleSampler,
@@ -285,7 +287,7 @@ class DynamicTreeStepper(Stepper):
         # 6. commit: the re-fed codes and the root stay in the cache; the accepted nodes are fed again
         keep = torch.cat([torch.ones_like(live[:, :refed]), torch.zeros_like(live[:, refed:])], 1)
         session.commit(keep)
-        trace.commit(torch.where(committed_at, n[:, None] + self.positions, -1), codes)
+        trace.commit(torch.where(committed_at, n[:, None] + self.positions, -1), codes, bound=verdict.bound)
         self.pending.copy_(torch.where(active, verdict.accepted, 0))
         start = n.clone()
         self.n += advanced
@@ -302,7 +304,7 @@ class DynamicTreeStepper(Stepper):
         Returns the path's node at every level `[B, D]` (its last node repeated past its end), the kept
         code of every level `[B, D - 1]`, and the verdict."""
         shape, session = self.shape, self.decode.session
-        rule, context = self.sampler.acceptance, RuleContext(session.codebook)
+        rule, context = self.sampler.acceptance, RuleContext(session.codebook, positions=shape.depth - 1)
         batch, vocab = t.shape[0], t.shape[-1]
         expansion_of = torch.full_like(self.codes, -1).scatter_(
             1, self.expanded, torch.arange(shape.expansions, device=t.device).expand(batch, -1)
@@ -313,8 +315,10 @@ class DynamicTreeStepper(Stepper):
         accepted = torch.zeros_like(node)
         rejected = torch.zeros_like(alive)
         rest = t.new_zeros(batch, vocab)
+        bound = Bound.none(node)
         line, path = [node], []
         for level in range(shape.depth - 1):  # the children of the path's node, for cell n + level
+            context = dataclasses.replace(context, position=level + 1)  # draft position level + 1
             expansion = expansion_of.gather(1, node[:, None])[:, 0]
             usable = alive & (level < length) & (expansion >= 0)
             expansion = expansion.clamp(min=0)
@@ -322,9 +326,18 @@ class DynamicTreeStepper(Stepper):
             candidates = self.codes.gather(1, children)
             target = t.gather(1, node[:, None, None].expand(-1, 1, vocab))[:, 0]
             q = self.proposals.gather(1, expansion[:, None, None].expand(-1, 1, vocab))[:, 0]
+            spent = torch.zeros_like(bound.total)
             rank, found, left = verify_candidates(
-                target, q, candidates, u[:, level], rule=rule, context=context, point_masses=self.top
+                target,
+                q,
+                candidates,
+                u[:, level],
+                rule=rule,
+                context=context,
+                point_masses=self.top,
+                spent=spent,
             )
+            bound = bound.add(spent, usable)  # a usable level commits a code, passed or failed
             passed, failed = usable & found, usable & ~found
             rejected |= failed
             rest = torch.where(failed[:, None], left, rest)
@@ -334,7 +347,7 @@ class DynamicTreeStepper(Stepper):
             accepted += passed.long()
             alive = passed
             line.append(node)
-        return torch.stack(line, 1), torch.stack(path, 1), Verdict(accepted, rejected, rest)
+        return torch.stack(line, 1), torch.stack(path, 1), Verdict(accepted, rejected, rest, bound)
 
     def _parents(self) -> torch.Tensor:
         """`[B, N]` each node's parent (`-1`: the root)."""

@@ -20,6 +20,10 @@ Notation (Teng et al., ICLR 2025, §3; `...` is any leading batch shape: `[B]` i
 | `Verdict.accepted`       | `τ`: drafts accepted                | `[...]`       |
 | `couple`                 | MC-SJD: keep `x̃` w.p.               | `[...]`       |
 |                          | `min(1, p(x) / q(x))`               |               |
+| `gumbel_max`             | SCD's Gumbel coupling:              | `[...]`       |
+|                          | `argmax(log p + G)`, `G` per cell   |               |
+| `reuse`                  | SJD++: keep `x̃` if `p(x)/q(x) > τ`, | `[...]`       |
+|                          | declared with its marginal `m`      |               |
 | `verify_candidates`      | `K` candidates, `r_k`, `t_{k+1} =`  | `[..., K]`    |
 |                          | `norm(max(0, t_k - r_k))`           |               |
 | `Uniforms`               | `u`, one stream per decision        | `[..., L]`    |
@@ -34,7 +38,8 @@ One window step is:
    position gives a bonus code from `p` where `p` is valid there;
 3. commit (the step's own): the accepted drafts and that code;
 4. `redraft`: every later position's sample from this `p` (coupled with its old draft when asked: MC-SJD,
-   `couple`) becomes the draft of the same cell in the next window, with `p` as its proposal; `guess` gives
+   `couple`) becomes the draft of the same cell in the next window, with `p` as its proposal (a `Redraw` rule
+   may draw otherwise, declaring what it drew from: `gumbel_max`, `reuse`); `guess` gives
    fresh slots their initial guesses (`fill_guesses`: SJD's initialisation schemes).
 
 Which positions are valid is the caller's: a position past the end of a lane never is; in SJD2 one behind a
@@ -60,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 import torch
 
@@ -99,12 +104,18 @@ class Drafts:
 # -- acceptance rules --------------------------------------------------------------------------------------
 @dataclass
 class RuleContext:
-    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook `[V, d]` (LANTERN), and under
+    """What an acceptance rule may consult besides `p` and `q`: the VQ codebook `[V, d]` (LANTERN), under
     greedy decoding the non-greedy distribution behind the one-hot `p` (`soft_p`, same shape as `p`, for
-    LANTERN's relaxed argmax; the step fills it in only for a rule that `relaxes_greedy`)."""
+    LANTERN's relaxed argmax; the step fills it in only for a rule that `relaxes_greedy`), and where the
+    drafts sit along a drafter's chain or tree (COOL-SD's schedule): `position`, each verified draft's draft
+    position `i` (1 for the first draft after the last committed code; an int, or a tensor broadcastable to
+    the drafts' shape), and `positions`, the `L` draft positions a window verifies. Steps that verify no such
+    chain leave both None."""
 
     codebook: torch.Tensor | None = None
     soft_p: torch.Tensor | None = None
+    position: torch.Tensor | int | None = None
+    positions: int | None = None
 
 
 class AcceptanceRule(Part):
@@ -152,6 +163,29 @@ class Exact(AcceptanceRule):
     """Lossless verification: the target is `p` itself."""
 
 
+class RelaxedRule(AcceptanceRule):
+    """A relaxed rule given by the probability `a(x)` that a draft `x` passes (GSD, the entropy rule): the step
+    accepts when `u < a(x)` (`t_x = a(x) q(x)`), and a rejection resamples from the exact residual
+    `norm(max(0, p - q))`, which is what `tv_bound` assumes. A subclass gives `acceptance` (every code's
+    `a`); `passing` (the drafts' alone) gathers it unless the subclass has a cheaper way. A random initial
+    guess is declared a point mass, as the published rules verify it (against a uniform proposal the ratio
+    `V * p(x)` would pass almost any code)."""
+
+    uniform_guesses: ClassVar[bool] = False
+
+    def passing(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> torch.Tensor:
+        """`a(x) [...]` for drafts `[...]` drawn from `q [..., V]`, against `p [..., V]`."""
+        return self.acceptance(p, q, context).gather(-1, drafts[..., None]).squeeze(-1)
+
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, context: RuleContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
+        return self.passing(p, q, drafts, context) * q_x, residual(p, q)
+
+
 class RuleSampler(Sampler):
     """A sampler that verifies its drafts with an `acceptance` rule (a dataclass field of the subclass): the
     rule is checked when the sampler is made and is its one part."""
@@ -197,6 +231,32 @@ def couple(
     return torch.where(kept, previous, sample(residual(p, previous_q), u_draw))
 
 
+def gumbel_max(p: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """A draw `~ p [..., V]` by the Gumbel-max trick, `argmax(log p + G)` with `G = -log(noise)`, written as
+    `argmax(p / noise)`; `noise [..., V]` holds standard exponentials (`exponentials`). Drafts of one cell that
+    share its noise agree as often as `p` allows (SCD's Gumbel coupling); each is still exactly a draw of its
+    `p` when the noise is independent of `p`."""
+    return (p / noise).argmax(-1)
+
+
+def exponentials(u: torch.Tensor) -> torch.Tensor:
+    """Standard exponential noise `-log(u)` (float32) from uniforms `u` in (0, 1), any shape."""
+    return u.log().neg_().float()
+
+
+def reuse(
+    p: torch.Tensor, previous: torch.Tensor, previous_q: torch.Tensor, tau: float, u_draw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SJD++'s re-draft: keep `previous ~ previous_q [..., V]` where `p(x) / q(x) > tau`, else draw from `p
+    [..., V]` (`u_draw`). Returns the draft and its true marginal, the proposal it must be declared with:
+    `m(y) = q(y) 1[p(y) / q(y) > tau] + (q's mass on codes not kept) p(y)` (neither `p` nor `q`)."""
+    keeps = p > tau * previous_q  # [..., V]: a draft of this code is kept (q(y) = 0: never drawn)
+    not_kept = previous_q.masked_fill(keeps, 0.0).sum(-1, keepdim=True)
+    marginal = previous_q.masked_fill(~keeps, 0.0) + not_kept * p
+    kept = keeps.gather(-1, previous[..., None]).squeeze(-1)
+    return torch.where(kept, previous, sample(p, u_draw)), marginal
+
+
 # -- one window step: verify, resample, redraft --------------------------------------------------------
 class Uniforms(NamedTuple):
     """The uniforms of one window step, `[..., L]` each, one stream per decision."""
@@ -206,6 +266,38 @@ class Uniforms(NamedTuple):
     couple: torch.Tensor  # keeping an old draft when redrafts are coupled
 
 
+class Bound(NamedTuple):
+    """What a step's verification adds to the total-variation bound of the codes it commits, `[...]` each:
+    the sum (`total`) and the max (`worst`) of the rule's per-position bound (`AcceptanceRule.tv_bound`)
+    over the positions whose verification decided a committed code (0 under the exact rule)."""
+
+    total: torch.Tensor
+    worst: torch.Tensor
+
+    @classmethod
+    def none(cls, like: torch.Tensor) -> Bound:
+        """No bound spent, shaped as `like [...]`."""
+        zeros = torch.zeros(like.shape, device=like.device)
+        return cls(zeros, zeros)
+
+    def add(self, spent: torch.Tensor, where: torch.Tensor) -> Bound:
+        """This bound and one more position's `spent [...]` where `where [...]` (it decided a code)."""
+        spent = torch.where(where, spent, 0.0)
+        return Bound(self.total + spent, torch.maximum(self.worst, spent))
+
+    def join(self, other: Bound) -> Bound:
+        """Both bounds' positions together (sums add, maxima take the larger)."""
+        return Bound(self.total + other.total, torch.maximum(self.worst, other.worst))
+
+
+def position_bounds(
+    rule: AcceptanceRule, p: torch.Tensor, q: torch.Tensor, context: RuleContext
+) -> torch.Tensor | None:
+    """`rule.tv_bound [...]` of drafts `~ q [..., V]` verified against `p [..., V]`; None for the exact rule
+    (its bound is 0, and the step computes nothing for it)."""
+    return None if isinstance(rule, Exact) else rule.tv_bound(p, q, context)
+
+
 @dataclass
 class Verdict:
     """How verification of a run of drafts ended."""
@@ -213,6 +305,7 @@ class Verdict:
     accepted: torch.Tensor  # [...] drafts accepted
     rejected: torch.Tensor  # [...] bool: it stopped at a failed draft (not at the end of the usable ones)
     rest: torch.Tensor  # [..., V] where rejected: the distribution the failed position resamples from
+    bound: Bound | None = None  # the rule's bound over the positions that decided a committed code
 
 
 @dataclass
@@ -240,12 +333,19 @@ def verify(
     slots = drafts.codes.shape[-1]
     if not slots:
         zeros = torch.zeros(usable.shape[:-1], dtype=torch.long, device=usable.device)
-        return Verdict(zeros, zeros.bool(), target_p.new_zeros(*usable.shape[:-1], target_p.shape[-1]))
+        rest = target_p.new_zeros(*usable.shape[:-1], target_p.shape[-1])
+        return Verdict(zeros, zeros.bool(), rest, Bound.none(zeros))
     t_x, rest = rule.verify(target_p, drafts.proposals, drafts.codes, context)
     q_x = drafts.proposals.gather(-1, drafts.codes[..., None]).squeeze(-1)
     accepted = ((u_accept * q_x < t_x) & usable).long().cumprod(-1).sum(-1)
     rejected = accepted < usable.long().cumprod(-1).sum(-1)
-    return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)))
+    bound = Bound.none(accepted)
+    spent = position_bounds(rule, target_p, drafts.proposals, context)  # [..., S]
+    if spent is not None:  # the accepted drafts and the rejected one decided committed codes
+        decided = torch.arange(slots, device=usable.device) < (accepted + rejected.long())[..., None]
+        spent = torch.where(decided, spent, 0.0)
+        bound = Bound(spent.sum(-1), spent.amax(-1))
+    return Verdict(accepted, rejected, _take(rest, accepted.clamp(max=slots - 1)), bound)
 
 
 def resample(
@@ -270,37 +370,81 @@ def resample(
     return accepted + token_valid.long(), committed, codes
 
 
+class Redraw(Protocol):
+    """A re-draft rule: `(samples [..., L], proposals [..., L, V])`, every position's draft for the next window
+    and the distribution it was drawn from, given `p [..., L, V]`, the old `drafts` (`[..., S]`, slot `j` at
+    position `j`'s cell) and the step's `uniforms`."""
+
+    def __call__(
+        self, p: torch.Tensor, drafts: Drafts, uniforms: Uniforms
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def reusing(tau: float) -> Redraw:
+    """SJD++ as a `Redraw`: each slot's old draft kept or replaced by `reuse` and declared with its marginal;
+    the last position (no old draft there) samples `p`."""
+
+    def redraw(p: torch.Tensor, drafts: Drafts, uniforms: Uniforms) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = p.shape[-2] - 1
+        kept, marginal = reuse(
+            p[..., :slots, :], drafts.codes, drafts.proposals, tau, uniforms.draw[..., :slots]
+        )
+        last = sample(p[..., slots:, :], uniforms.draw[..., slots:])
+        return torch.cat([kept, last], -1), torch.cat([marginal, p[..., slots:, :]], -2)
+
+    return redraw
+
+
+def noised(noise: torch.Tensor) -> Redraw:
+    """SCD's Gumbel coupling as a `Redraw`: every position's `gumbel_max` sample of `p` under its cell's noise
+    (`noise [..., >= L, V]`, row `j`: position `j`'s cell), declared with `p`."""
+
+    def redraw(p: torch.Tensor, drafts: Drafts, uniforms: Uniforms) -> tuple[torch.Tensor, torch.Tensor]:
+        return gumbel_max(p, noise[..., : p.shape[-2], :]), p
+
+    return redraw
+
+
 def redraft(
     p: torch.Tensor,
     drafts: Drafts,
     *,
     advanced: torch.Tensor,
     uniforms: Uniforms,
-    coupling: bool,
+    coupling: bool | str,
     carry_limit: torch.Tensor,
+    redraw: Redraw | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every position after the `advanced [...]` committed cells gives its sample from `p [..., L, V]`
-    (coupled with its old draft in `drafts` `[..., S]` when `coupling`: MC-SJD) as the next draft of its
-    cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell reaches `carry_limit
-    [...]` keep their drafts. Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])`
-    (`carried`: the slot took a new draft)."""
+    (coupled with its old draft in `drafts` `[..., S]` when `coupling`, `True` or mc-sjd's `"maximal"`) as
+    the next draft of its cell, with `p` there as its proposal; `uniforms` `[..., L]` each; slots whose cell
+    reaches `carry_limit [...]` keep their drafts. A `redraw` rule replaces those samples and proposals (`coupling` is then not
+    read). Returns `(next_drafts [..., S], next_proposals [..., S, V], carried [..., S])` (`carried`: the
+    slot took a new draft)."""
     slots = p.shape[-2] - 1  # S = L - 1
     positions = torch.arange(slots + 1, device=p.device)
-    samples = sample(p, uniforms.draw)
-    if coupling and slots:
-        coupled = couple(
-            p[..., :slots, :],
-            drafts.codes,
-            drafts.proposals,
-            uniforms.couple[..., :slots],
-            uniforms.draw[..., :slots],
-        )
-        samples = torch.cat([coupled, samples[..., slots:]], -1)
+    if redraw is not None:
+        samples, proposals = redraw(p, drafts, uniforms)
+    else:
+        if isinstance(coupling, str) and coupling != "maximal":  # mc-sjd's other couplings need their stepper
+            raise ValueError(
+                f"coupling={coupling!r} needs mc-sjd's own window stepper; this one couples maximally"
+            )
+        samples, proposals = sample(p, uniforms.draw), p
+        if coupling and slots:
+            coupled = couple(
+                p[..., :slots, :],
+                drafts.codes,
+                drafts.proposals,
+                uniforms.couple[..., :slots],
+                uniforms.draw[..., :slots],
+            )
+            samples = torch.cat([coupled, samples[..., slots:]], -1)
     source = advanced[..., None] + positions[:slots]
     carried = source < carry_limit[..., None]
     source = source.clamp(max=slots)
     next_drafts = torch.where(carried, samples.gather(-1, source), drafts.codes)
-    carried_q = p.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
+    carried_q = proposals.gather(-2, source[..., None].expand(*source.shape, p.shape[-1]))
     next_proposals = torch.where(carried[..., None], carried_q, drafts.proposals)
     return next_drafts, next_proposals, carried
 
@@ -342,6 +486,7 @@ def verify_candidates(
     rule: AcceptanceRule | None = None,
     context: RuleContext | None = None,
     point_masses: bool = False,
+    spent: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection over `candidates [..., K]` (the main draft, drawn from `q [..., V]`, then siblings
     drawn without replacement from `sibling_q [..., V]`, default `q`, see `candidate_proposal`) against
@@ -356,7 +501,9 @@ def verify_candidates(
     most likely ones) and `r_k` is the point mass on candidate `k`: it passes with probability `t_k(x)`, and
     `t_{k+1}` is `t_k` without `x`. A relaxed `rule` (LANTERN) verifies each candidate against its own
     relaxed target `t~_k(x)` and continues from that target's residual (`AcceptanceRule.verify`); the code
-    is then within the rule's bound of `target`, not exact."""
+    is then within the rule's bound of `target`, not exact. `spent [...]`, when given, gains that bound in
+    place: the sum over the candidates tried of the rule's `tv_bound` against each one's target and proposal
+    (a candidate's rejection continues with the next one, so the bounds add up)."""
     rule = rule or Exact()
     context = context or RuleContext()
     sibling_q = q if sibling_q is None else sibling_q
@@ -370,6 +517,10 @@ def verify_candidates(
         else:
             proposal = q if k == 0 else candidate_proposal(sibling_q, drawn)
         t_x, rest = rule.verify(target, proposal, code, context)
+        if spent is not None:
+            tried = position_bounds(rule, target, proposal, context)
+            if tried is not None:
+                spent += torch.where(found, 0.0, tried)
         q_x = proposal.gather(-1, code[..., None]).squeeze(-1)
         ok = ~found & (u[..., k] * q_x < t_x)
         rank = torch.where(ok, k, rank)

@@ -63,13 +63,13 @@ is exact greedy, as is `bound="tv"`.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from .codebook import placed
 from .jacobi import AcceptanceRule, RuleContext, residual
 from .options import MAX_SIZE, Option, option
 
@@ -77,7 +77,6 @@ BOUNDS = ("draft", "tv")
 
 _TABLES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _TABLE_CACHE_SIZE = 4
-_PLACED: OrderedDict[tuple, tuple[weakref.ref, torch.Tensor]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -180,6 +179,24 @@ class Lantern(AcceptanceRule):
         relaxed = p.scatter(-1, near, kept)  # A(x) emptied (x is never its own neighbour)
         return relaxed.scatter_add(-1, drafts[..., None], claimed.sum(-1, keepdim=True))
 
+    def tv_bound(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
+        """`[...]`: a bound on the total variation from `p [..., V]` of the code one slot commits for a draft
+        `~ q [..., V]` (LANTERN resamples from its own target's residual, not `p`'s, so the generic bound does
+        not apply). `"tv"`: the fixed target is met exactly, so it is `TV(t, p)` itself. `"draft"`: the
+        module docstring's bound with each claimed mass `m_y` replaced by its cap `c_y` (`delta`, or
+        `(lam - 1) * p(y)`; both terms grow with `m_y`), capped at 1: no neighbour table over the vocabulary
+        is needed. Greedy with the relaxed argmax: the mass of drafts other than the argmax."""
+        if self.bound == "tv":
+            return 0.5 * (self.target(p, q, context) - p).abs().sum(-1)
+        if context.soft_p is not None:
+            return 1 - q.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1)
+        cap = float(self.delta) if self.lam is None else (self.lam - 1) * p
+        gain = (torch.minimum(q, p + cap) - torch.minimum(q, p)).sum(-1)
+        over = (q - p).clamp(min=0)
+        distance = over.sum(-1)  # TV(p, q)
+        spread = 2 * (over * cap).sum(-1) / distance.clamp(min=torch.finfo(p.dtype).tiny)
+        return (gain + spread).clamp(max=1.0)
+
     # -- the single target a target-only loop can verify against --------------------------------------
     def target(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
         """The `"tv"` form's target `[..., V]`: the `q`-weighted mixture of the per-draft relaxed targets over
@@ -268,18 +285,8 @@ def refusal(name: str, option: str, value: object, drafter: bool) -> str:
 
 
 def _placed_table(codebook: torch.Tensor, k: int, device: torch.device) -> torch.Tensor:
-    """`neighbour_table` on `device`, remembered per codebook object so a decode step reads nothing from
-    the device after the first call."""
-    key = (id(codebook), codebook._version, k, str(device))
-    hit = _PLACED.get(key)
-    if hit is not None and hit[0]() is codebook:
-        _PLACED.move_to_end(key)
-        return hit[1]
-    table = neighbour_table(codebook, k).to(device)
-    _PLACED[key] = (weakref.ref(codebook), table)
-    while len(_PLACED) > _TABLE_CACHE_SIZE:
-        _PLACED.popitem(last=False)
-    return table
+    """`neighbour_table` on `device`, remembered per codebook object (`codebook.placed`)."""
+    return placed(codebook, ("neighbours", k), lambda vectors: neighbour_table(vectors, k), device)
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:

@@ -51,6 +51,7 @@ from typing import ClassVar
 
 import torch
 
+from . import jacobi
 from .decode import Decode
 from .jacobi import INIT_SCHEMES, AcceptanceRule, Drafts, Exact, RuleSampler, Uniforms, Verdict
 from .options import MAX_SIZE, check_fits_grid, option
@@ -155,7 +156,15 @@ class FrontStepper(RowStepper):
         )
         if self.keep < 1:
             codes, proposals = reuse(
-                p, self.drafts, codes, proposals, carried, advanced=advanced, verdict=verdict, keep=self.keep
+                p,
+                self.drafts,
+                codes,
+                proposals,
+                carried,
+                advanced=advanced,
+                verdict=verdict,
+                keep=self.keep,
+                u_draw=uniforms.draw,
             )
         return codes, proposals, carried
 
@@ -170,11 +179,13 @@ def reuse(
     advanced: torch.Tensor,
     verdict: Verdict,
     keep: float,
+    u_draw: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PJD's keep rule on the next drafts `codes [..., S]` (`proposals [..., S, V]`, `carried [..., S]`, as
-    `jacobi.redraft` gave them after `advanced [...]` committed cells): where verification stopped at a
-    rejection, each later draft `x ~ q` (`drafts`) stays the next draft of its cell when `p(x) > keep q(x)`
-    (`min(1, p/q) > keep`, for `keep < 1`), else the cell keeps its new sample from `p [..., L, V]`.
+    `jacobi.redraft` gave them after `advanced [...]` committed cells, its samples drawn with `u_draw [..., L]`):
+    where verification stopped at a rejection, each later draft `x ~ q` (`drafts`) stays the next draft of its
+    cell when `p(x) > keep q(x)` (`min(1, p/q) > keep`, for `keep < 1`), else the cell keeps its new sample
+    from `p [..., L, V]`: SJD++'s re-draft (`jacobi.reuse`), on the slots after a rejection only.
 
     That draft is drawn from `m = q K + (sum_y q(y) (1 - K(y))) p` with `K(y) = [p(y) > keep q(y)]`, whichever
     way the test went, so `m` is stored as its proposal: the draft is then verified as the draw it is and the
@@ -187,7 +198,7 @@ def reuse(
     old = drafts.codes.gather(-1, index)  # [..., S]
     q = drafts.proposals.gather(-2, index[..., None].expand_as(drafts.proposals))  # [..., S, V]
     target = p.gather(-2, index[..., None].expand(*index.shape, p.shape[-1]))  # [..., S, V]
-    keeps = target > keep * q  # K
-    kept = keeps.gather(-1, old[..., None]).squeeze(-1)  # [..., S]
-    mixture = q.masked_fill(~keeps, 0.0) + q.masked_fill(keeps, 0.0).sum(-1, keepdim=True) * target
-    return torch.where(reused & kept, old, codes), torch.where(reused[..., None], mixture, proposals)
+    draft, marginal = jacobi.reuse(
+        target, old, q, keep, u_draw.gather(-1, index)
+    )  # redraft's sample if not kept
+    return torch.where(reused, draft, codes), torch.where(reused[..., None], marginal, proposals)

@@ -14,8 +14,11 @@ to the part that declares it (`zipar+sjd+lantern:w=2,window=4,k=4`). `get` and `
 composite; `available()` lists the registered names. The paper names are aliases of one canonical spec,
 with the same options and errors: `lantern` is `sjd+lantern` (`eagle2+lantern` with `drafter=true`),
 `lantern++` is `sjd-pac+lantern` (`eagle+lantern` with `drafter=true`; both from `lantern.FORMS`),
-`zipar+lantern` is `zipar+sjd+lantern`, and `sjd:acceptance=lantern` is `sjd+lantern`. `mc-sjd` is a
-method of its own (`MCSJD`: `sjd` with `coupling=true`).
+`zipar+lantern` is `zipar+sjd+lantern`, `gsd` is `sjd+gsd`, `cool-sd` is `eagle+cool-sd`, and
+`sjd:acceptance=lantern` is `sjd+lantern` (likewise `acceptance=gsd` and `acceptance=entropy`: `sjd+entropy`).
+`mc-sjd` is a method of its own (`MCSJD`: `sjd` with `coupling=true`). COOL-SD's annealed rule reads each
+draft's position along a drafter's chain, so only `eagle` and `eagle2` take it (`eagle+cool-sd`,
+`eagle2+cool-sd`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from typing import Any
 from .. import checks
 from .ar import AR
 from .base import Part, Sampler
+from .cool_sd import CoolSD
 from .eagle import Eagle
 from .eagle2 import Eagle2
+from .entropy import Entropy
+from .gsd import GSD
 from .jacobi import RuleSampler
 from .lantern import DRAFTER, FORMS, Form, Lantern, refusal
 from .mc_sjd import MCSJD
@@ -136,9 +142,13 @@ class Slot:
     parts: Mapping[str, type[Part]]
 
 
+RULES: dict[str, type[Part]] = {"lantern": Lantern, "gsd": GSD, "entropy": Entropy}  # any verifier's
+
 SLOTS = (
     Slot(ZipAR, "verify", {"sjd": SJD}),  # the verifier: each row advances by a verified SJD window
-    Slot(RuleSampler, "acceptance", {"lantern": Lantern}),  # the acceptance rule of a verifying sampler
+    # a drafter's chain or tree numbers its draft positions, which COOL-SD's annealed rule reads
+    *(Slot(drafted, "acceptance", RULES | {"cool-sd": CoolSD}) for drafted in (Eagle, Eagle2)),
+    Slot(RuleSampler, "acceptance", RULES),  # the acceptance rule of a verifying sampler
 )
 COMPOSITES = "a composite is method[+verifier][+rule], e.g. zipar+sjd+lantern"
 
@@ -199,12 +209,17 @@ def _composite(chain: tuple[type[Part], ...]) -> Entry:
 
 # -- the built-in entries ----------------------------------------------------------------------------------
 # `sjd:acceptance=lantern` is `sjd+lantern` at the rule's defaults: the parts each choice adds
-ACCEPTANCE_PARTS: dict[str, tuple[type[Part], ...]] = {"exact": (), "lantern": (Lantern,)}
+ACCEPTANCE_PARTS: dict[str, tuple[type[Part], ...]] = {
+    "exact": (),
+    "lantern": (Lantern,),
+    "gsd": (GSD,),
+    "entropy": (Entropy,),
+}
 ACCEPTANCE = Option(
     "acceptance",
     str,
     "exact",
-    "exact (lossless) or lantern (relaxed, its defaults)",
+    "exact (lossless), or a relaxed rule at its defaults: lantern, gsd, entropy",
     choices=tuple(ACCEPTANCE_PARTS),
 )
 
@@ -252,7 +267,8 @@ def _form(name: str, form: Form) -> Entry:
     return Entry(build, schema)
 
 
-ALIASES = {"zipar+lantern": "zipar+sjd+lantern"}  # a registered paper name -> the composite it builds
+# a registered paper name -> the composite it builds (COOL-SD's paper drafts with EAGLE-1: `eagle`)
+ALIASES = {"zipar+lantern": "zipar+sjd+lantern", "gsd": "sjd+gsd", "cool-sd": "eagle+cool-sd"}
 _REGISTRY.update(
     {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
     | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd", "pjd")}

@@ -1,4 +1,5 @@
-"""`sjd`: Speculative Jacobi Decoding (Teng et al., ICLR 2025), optionally with coupled drafts (MC-SJD).
+"""`sjd`: Speculative Jacobi Decoding (Teng et al., ICLR 2025), optionally with coupled drafts (MC-SJD) or
+SJD++'s reuse of unaccepted drafts (`reuse`).
 
 Every forward feeds a window: the last committed code, then drafts for the next `window - 1` cells. The
 model's output at each position is the processed target `p` of the next cell; the drafts are verified left
@@ -30,6 +31,9 @@ shared pieces' symbols):
 |                             | bonus code where its position is in the image  |              |
 | `coupling`                  | MC-SJD: a re-draft keeps the old `x̃` w.p.      |              |
 |                             | `min(1, p_t(x) / p_{t-1}(x))` (`jacobi.couple`)|              |
+| `reuse` (`τ`)               | SJD++: a re-draft keeps the old `x̃` if         |              |
+|                             | `p_t(x) / p_{t-1}(x) > τ`, declared with its   |              |
+|                             | marginal `m` (`jacobi.reuse`)                  |              |
 | `u_accept`, `u_draw`,       | one uniform stream per decision                | `[B, L]`     |
 | `u_couple`, `u_guess`       |                                                |              |
 | `top1`                      | the latest argmax of each cell (`sample_*`     | `[B, N + 1]` |
@@ -53,12 +57,14 @@ from .jacobi import (
     AcceptanceRule,
     Drafts,
     Exact,
+    Redraw,
     RuleContext,
     RuleSampler,
     Uniforms,
     guess,
     redraft,
     resample,
+    reusing,
     scatter_where,
     uses_top1,
     verify,
@@ -70,14 +76,29 @@ from .options import MAX_SIZE, check_fits_grid, option
 class SJD(RuleSampler):
     """`window`: positions per forward (the last code and `window - 1` drafts); `init`: how new draft slots
     are guessed; `coupling`: keep a re-drafted slot's old draft with probability `min(1, p_t(x)/p_{t-1}(x))`
-    (MC-SJD, still lossless); `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
+    (MC-SJD, still lossless); `reuse`: SJD++'s threshold `tau`, keep a re-drafted slot's old draft where
+    `p_t(x) / p_{t-1}(x) > tau` and declare it with its true marginal (`jacobi.reuse`, still lossless);
+    `acceptance`: `Exact()` (lossless) or a relaxed rule such as `Lantern()`."""
 
     window: int = option(16, "draft slots verified per forward", minimum=1, maximum=MAX_SIZE)
     init: str = option("random", "how new draft slots are guessed", choices=INIT_SCHEMES)
     coupling: bool = option(False, "couple re-drafts with the old drafts (MC-SJD, still exact)")
+    reuse: float | None = option(
+        None,
+        "SJD++: keep an unaccepted draft x where p_t(x)/p_{t-1}(x) > reuse (still exact); none: off",
+        minimum=0,
+    )
     acceptance: AcceptanceRule = field(default_factory=Exact)
     name: ClassVar[str] = "sjd"
     continuous: ClassVar[bool] = True
+
+    def validate(self) -> None:
+        super().validate()
+        if self.coupling and self.reuse is not None:
+            raise ValueError(
+                f"coupling={self.coupling!r} and reuse={self.reuse!r} are two ways to re-draft a slot (MC-SJD, "
+                "SJD++); give one of them"
+            )
 
     def check_grid(
         self, grid: tuple[int, int], max_window: int | None = None, *, vocab_size: int | None = None
@@ -182,11 +203,12 @@ class WindowStepper(Stepper):
 
         # 6. commit: the accepted drafts' inputs to the cache, the committed codes to the trace
         session.commit(in_image & (positions <= verdict.accepted[:, None]))
-        trace.commit(torch.where(committed, position_cells, -1), codes)
+        trace.commit(torch.where(committed, position_cells, -1), codes, bound=verdict.bound)
         self.n += advanced
 
-        # 7. re-draft: every later position's sample from p (coupled with its old draft: MC-SJD) becomes the
-        #    next draft of its cell, with p as its proposal; slots that carried none get initial guesses
+        # 7. re-draft: every later position's sample from p (coupled with its old draft: MC-SJD; or its old
+        #    draft kept: SJD++) becomes the next draft of its cell, with what it was drawn from as its
+        #    proposal; slots that carried none get initial guesses
         if not self.slots:
             return
         next_drafts, next_proposals, carried = redraft(
@@ -196,6 +218,7 @@ class WindowStepper(Stepper):
             uniforms=Uniforms(u_accept, u_draw, u_couple),
             coupling=sampler.coupling,
             carry_limit=length,
+            redraw=self.redraw(),
         )  # [B, S], [B, S, V], [B, S]
         drafts.replace(next_drafts, next_proposals)
         fresh = active[:, None] & ~carried  # [B, S]
@@ -203,6 +226,11 @@ class WindowStepper(Stepper):
             fresh = torch.cat([fresh, active[:, None].expand(-1, self.slots - slots)], 1)
             u_guess = self.decode.random.uniform(self.slots)
         self._guess(fresh, u_guess[:, : self.slots])
+
+    def redraw(self) -> Redraw | None:
+        """Stage 7's rule: SJD++'s `reuse` when the sampler sets it, else none (`redraft`'s own: independent,
+        or maximally coupled with `coupling`)."""
+        return None if self.sampler.reuse is None else reusing(self.sampler.reuse)
 
     def _guess(self, fresh: torch.Tensor, u: torch.Tensor) -> None:
         """`jacobi.guess` over the window's slots (cells `n`, `n + 1`, ...): the `fresh [B, S]` slots inside

@@ -70,6 +70,7 @@ from .decode import Decode, Stepper
 from .jacobi import (
     INIT_SCHEMES,
     AcceptanceRule,
+    Bound,
     Drafts,
     Exact,
     JacobiOutcome,
@@ -350,7 +351,7 @@ class TreeStepper(Stepper):
 
         # 4. walk the tree from the root: at each depth the candidates below the path's node are tried in
         #    order against its target (`verify_candidates`); the first that passes extends the path
-        rule, context = self.sampler.acceptance, RuleContext(session.codebook)
+        rule, context = self.sampler.acceptance, RuleContext(session.codebook, positions=self.slots)
         walk = walk_tree(
             t,
             drafts,
@@ -375,13 +376,14 @@ class TreeStepper(Stepper):
             drafts.slots(slice(tree.depth, None)),
             usable=valid[:, tree.depth : self.slots] & walk.on_main[:, None],
             rule=rule,
-            context=context,
+            context=dataclasses.replace(context, position=self.positions[tree.depth + 1 :]),
             u_accept=u_accept[:, tree.depth : self.slots],
         )
         verdict = Verdict(
             walk.accepted + chain.accepted,
             walk.rejected | chain.rejected,
             torch.where(walk.rejected[:, None], walk.rest, chain.rest),
+            walk.bound.join(chain.bound),
         )
 
         # 6. resample the first rejected position from its residual (or a bonus code from the path's last
@@ -401,7 +403,7 @@ class TreeStepper(Stepper):
         keep = torch.cat([refed, keep_nodes, off_main], 1)  # [B, Q]
         session.commit(keep)
         position_cells = n[:, None] + self.positions
-        trace.commit(torch.where(outcome.committed, position_cells, -1), outcome.codes)
+        trace.commit(torch.where(outcome.committed, position_cells, -1), outcome.codes, bound=verdict.bound)
         self.pending.copy_(torch.where(active, outcome.advanced - 1 - kept_main, 0).clamp(min=0))
         self.n += outcome.advanced
 
@@ -469,6 +471,7 @@ class Walk:
     codes: torch.Tensor  # [B, D - 1] the kept candidate of each depth (the main draft where none was kept)
     line: torch.Tensor  # [B, D] the path's node at depths 0..D - 1, then rank-0 children past its end
     on_main: torch.Tensor  # [B] bool: every tree depth passed with its main draft (the chain goes on)
+    bound: Bound  # [B] the rule's bound over the depths that decided a committed code
 
 
 def walk_tree(
@@ -494,11 +497,14 @@ def walk_tree(
     accepted = torch.zeros_like(node)
     rejected = torch.zeros_like(alive)
     rest = t.new_zeros(batch, t.shape[-1])
+    bound = Bound.none(node)
     ranks, codes, line = [], [], [node]
     for j in range(tree.depth):  # the candidates of depth j + 1, for cell n + j
+        context = dataclasses.replace(context or RuleContext(), position=j + 1)  # draft position j + 1
         usable = alive & valid[:, j]
         target = t.gather(1, node[:, None, None].expand(-1, 1, t.shape[-1]))[:, 0]
         candidates = torch.cat([drafts.codes[:, j : j + 1], siblings[:, j]], 1)
+        spent = torch.zeros_like(bound.total)
         rank, found, left = verify_candidates(
             target,
             drafts.proposals[:, j],
@@ -507,7 +513,9 @@ def walk_tree(
             sibling_q=None if sibling_q is None else sibling_q[:, j],
             rule=rule,
             context=context,
+            spent=spent,
         )
+        bound = bound.add(spent, usable)  # a usable depth commits a code, passed or failed
         passed = usable & found
         failed = usable & ~found
         rejected |= failed
@@ -521,4 +529,4 @@ def walk_tree(
         line.append(node)
     ranks_t, codes_t = (torch.stack(xs, 1) if xs else node.new_zeros(batch, 0) for xs in (ranks, codes))
     on_main = alive & (ranks_t == 0).all(1)
-    return Walk(accepted, rejected, rest, ranks_t, codes_t, torch.stack(line, 1), on_main)
+    return Walk(accepted, rejected, rest, ranks_t, codes_t, torch.stack(line, 1), on_main, bound)

@@ -332,7 +332,9 @@ class RowStepper(Stepper):
         keep = torch.cat([used, flush[..., None]], -1)  # [B, A, L + 1]
         session.commit(keep.flatten(1))
         scatter_where(self.fed, query_cells - 1, torch.ones_like(keep), keep & (query_cells > 0))
-        trace.commit(torch.where(committed, position_cells, -1).flatten(1), codes.flatten(1))
+        trace.commit(
+            torch.where(committed, position_cells, -1).flatten(1), codes.flatten(1), bound=verdict.bound
+        )
         self.n += advanced
 
         # 7. re-draft and new rows: a row starts where the row above leads by its lag and its slot is free;
