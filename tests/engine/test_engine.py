@@ -65,7 +65,7 @@ def test_mixed_samplers_share_one_engine():
     """Requests of several samplers (groups side by side, and a sampler that cannot share lanes, which runs
     as one call) arrive interleaved at random moments; each still decodes as alone."""
     pipe = _pipe("emu3")
-    samplers = ["ar", "mc-sjd:window=4", "zipar:w=2", "sjd-pac:window=9,tree_width=2"]
+    samplers = ["ar", "mc-sjd:window=4", "zipar:w=2", "sjd-pac:window=9,tree_width=2", "pjd:c=2,window=3"]
     jobs = [(PROMPTS[i % len(PROMPTS)], samplers[i % len(samplers)], 100 + i) for i in range(12)]
     random.Random(3).shuffle(jobs)
     expected = [pipe(p, sampler=s, seed=seed, output_type="latent").codes[0] for p, s, seed in jobs]

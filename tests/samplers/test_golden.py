@@ -86,6 +86,8 @@ TINY_SPECS = [
     ("mc-sjd:coupling=gumbel,window=4,init=sample_horizontal", "top_p"),
     ("sjd:reuse=0.5", "cfg"),
     ("sjd:window=5,reuse=2", "top_p"),
+    ("pjd", "cfg"),
+    ("pjd:c=2,window=4,keep=1,init=repeat_horizontal", "top_p"),
 ]
 BUILTIN_SPECS = {
     "shapes": ["ar", "sjd", "mc-sjd", "sjd-pac", "zipar", "zipar+sjd", "lantern", "lantern:bound=tv"],

@@ -300,6 +300,11 @@ OVERSIZED = {
          "zipar\\+sjd advances each row by at most its width, with up to 16 rows in one forward; use window "
          "<= 16"),
     ],
+    "pjd": [
+        ("pjd:window=1000", "window=1000 is larger than the 256 cells"),
+        ("pjd:c=1,window=64", "window=64 is wider than the 16 codes of a row of this 16x16 grid, and pjd "
+         "advances each row by at most its width, with up to 16 rows in one forward; use window <= 16"),
+    ],
     "zipar+lantern": [
         ("zipar+lantern:window=256", "window=256 is wider than the 16 codes of a row"),
         ("zipar+lantern:bound=tv,top=100", "gathers 51,100 neighbour masses per input"),
