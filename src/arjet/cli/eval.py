@@ -23,6 +23,7 @@ from .. import checks
 from ..limits import DEFAULT_LIMITS
 from . import types
 from .options import (
+    ENGINE_OR_CALL_GPU,
     add_command,
     add_compile_argument,
     add_model_arguments,
@@ -99,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_size_arguments(parser)
     add_sampling_arguments(parser)
-    add_compile_argument(parser)
+    add_compile_argument(parser, ENGINE_OR_CALL_GPU.format(engine="--batch-size above 1"))
     parser.add_argument(
         "--fid-features",
         metavar="SPEC",
