@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
     seeds = parse_seeds(seed_text, option=seed_option)
     sampling = sampling_options(args)
-    compile = compile_argument(args)
+    compile = compile_argument(args, recorded=True)
     checks.output_dir("--out", args.out)
     if args.stats_cache:
         checks.output_dir("--stats-cache", args.stats_cache)

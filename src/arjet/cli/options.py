@@ -132,9 +132,9 @@ def add_compile_argument(parser: argparse.ArgumentParser, gpu: str = ONE_OFF_GPU
     )
 
 
-def compile_argument(args: argparse.Namespace) -> bool | str:
-    """`--compile` as the pipeline's `compile=` value, refused before any model work where it cannot run;
-    auto on a device that runs it eagerly is False, as a run records it."""
+def compile_argument(args: argparse.Namespace, *, recorded: bool = False) -> bool | str:
+    """`--compile` as the pipeline's `compile=` value, refused before any model work where it cannot run.
+    `recorded`: the value a run folder keeps, so auto on a device where it runs eager steps is False."""
     import torch
 
     from ..pipelines.loading import default_device
@@ -146,7 +146,7 @@ def compile_argument(args: argparse.Namespace) -> bool | str:
         raise ValueError(
             f"--compile {choice} needs a CUDA device, got --device {device} (use inductor or off)"
         )
-    if choice == AUTO_COMPILE and compile_mode(choice, torch.device(device)) == "none":
+    if recorded and choice == AUTO_COMPILE and compile_mode(choice, torch.device(device)) == "none":
         return False
     return choice
 
