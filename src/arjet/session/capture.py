@@ -243,7 +243,8 @@ class CudaGraphRunner:
         self._replay_ms = 0.0  # of the replays whose events were read already
 
     def __call__(self, step: Callable[[], None]) -> None:
-        if self.fallback is not None and self.fallback.failure is not None:
+        if self.fallback is not None and self.fallback.failure is not None:  # failed here or elsewhere
+            self.drop_all()
             step()
             return
         span = self.session.span
