@@ -119,8 +119,8 @@ class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
 
     `config`: what the engine takes on (`arjet.limits.EngineConfig`: lanes, max_queue, prompt_tokens,
-    max_groups, time_limit, compile, max_graphs; default `DEFAULT_ENGINE`), `overrides`: any of those fields by name,
-    which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
+    max_groups, time_limit, compile, max_graphs; default `DEFAULT_ENGINE`), `overrides`: any of those fields
+    by name, which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
     work). `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the
     device's free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it);
     `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of every
