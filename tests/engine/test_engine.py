@@ -38,8 +38,8 @@ def _pipe(family):
 
 
 def _alone(pipe, sampler, seeds):
-    return [
-        pipe(prompt, sampler=sampler, seed=seed, output_type="latent").codes[0]
+    return [  # eager steps (on a GPU the default captures them)
+        pipe(prompt, sampler=sampler, seed=seed, output_type="latent", compile=False).codes[0]
         for prompt, seed in zip(PROMPTS, seeds, strict=True)
     ]
 

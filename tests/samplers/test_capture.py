@@ -27,6 +27,7 @@ GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3
 
 
 def _codes(pipe, sampler, **kwargs):
+    kwargs.setdefault("compile", False)  # the eager reference (on a GPU the default captures)
     out = pipe(["a red circle", "green star"], sampler=sampler, seed=0, output_type="latent", **kwargs)
     return out.codes
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..limits import SERVE_ENGINE
 from .options import (
+    LASTING_GPU,
     add_command,
     add_compile_argument,
     add_device_argument,
@@ -26,7 +27,7 @@ from .threads import apply_threads
 DESCRIPTION = """Serve the OpenAI images API: POST /v1/images/generations, GET /v1/models, GET /health.
 
   arjet serve --port 8000                                   # http://127.0.0.1:8000/v1
-  arjet serve --model shapes --model /models/Janus-Pro-1B --device cuda --compile cuda-graphs --lanes 16
+  arjet serve --model shapes --model /models/Janus-Pro-1B --device cuda --lanes 16
 
   from openai import OpenAI
   client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
@@ -37,8 +38,10 @@ Each model runs one engine: requests share its --lanes as images finish and new 
 --max-queue waiting images, or when the engine expects a request to take longer than --time-limit (the
 images ahead of it over the throughput it measures), a request gets 429 at once with Retry-After; one that
 still takes longer gets 504; a client that disconnects frees its lanes. Before it listens, the server
-decodes one full batch per model (measuring the adaptive mode's costs and the throughput). Several GPUs:
-one server per device (--device cuda:N) behind any HTTP load balancer.
+decodes one full batch per model (measuring the adaptive mode's costs and the throughput, and on a GPU
+compiling and capturing the steps: --compile auto; /health reports captures, replays and graph memory, at
+most --max-graphs graphs kept). Several GPUs: one server per device (--device cuda:N) behind any HTTP load
+balancer.
 
 API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
 --api-key KEY works too, but every user of this machine sees it in `ps`."""
@@ -62,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_device_argument(parser)
     add_threads_argument(parser)
-    add_compile_argument(parser)
+    add_compile_argument(parser, LASTING_GPU)
     parser.add_argument(
         "--api-key-file",
         type=Path,

@@ -43,14 +43,14 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..limits import DEFAULT_ENGINE, KEY_LIMIT, MAX_LANES, EngineConfig
+from ..limits import AUTO_COMPILE, DEFAULT_ENGINE, KEY_LIMIT, MAX_LANES, EngineConfig
 from ..limits import time_limit as _time_limit
 from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, widest_spec, window_runs
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import DecodeStatus, Sampler, SamplingOptions
 from ..samplers.decode import image_keys
-from ..session.capture import compile_mode
+from ..session.capture import GraphBudget, compile_mode
 from .admission import Estimate, Load, Throughput
 from .lanes import LaneGroup, buckets, check_lane_memory
 from .requests import (
@@ -119,14 +119,16 @@ class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
 
     `config`: what the engine takes on (`arjet.limits.EngineConfig`: lanes, max_queue, prompt_tokens,
-    max_groups, time_limit, compile; default `DEFAULT_ENGINE`), `overrides`: any of those fields by name,
-    which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
+    max_groups, time_limit, compile, max_graphs; default `DEFAULT_ENGINE`), `overrides`: any of those fields
+    by name, which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
     work). `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the
     device's free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it);
     `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of every
     lane's prompt region; `max_groups`: groups decoding side by side; `time_limit`: seconds a request may
     take from its submission (None: no limit; a request expected to take longer is refused with
-    `Overloaded`); `compile`: as `pipe(..., compile=)`; `clock`: the clock of time limits and of the
+    `Overloaded`); `compile`: as `pipe(..., compile=)`, but "auto" (the default) picks compiled layers
+    inside captured steps on a GPU (an engine lives long enough to earn the compile, which `warm_up` pays);
+    `max_graphs`: captured graphs kept at once (`graph_counts`); `clock`: the clock of time limits and of the
     admission's estimates (tests step it by hand); the stats' durations use `time.monotonic`."""
 
     def __init__(
@@ -146,7 +148,11 @@ class Engine:
         lanes, max_groups, prompt_tokens = config.lanes, config.max_groups, config.prompt_tokens
         self.lanes, self.max_queue, self.prompt_tokens = lanes, config.max_queue, prompt_tokens
         self.max_groups, self.time_limit = max_groups, config.time_limit
-        self.compile = compile_mode(config.compile, pipe._execution_device)
+        # "auto": an engine lives long enough to earn inductor's compile (paid by `warm_up`, before serving)
+        fallback = pipe.eager_fallback if config.compile == AUTO_COMPILE else None
+        self.compile = compile_mode(config.compile, pipe._execution_device, lasting=True, fallback=fallback)
+        self._fallback = fallback if self.compile != "none" else None
+        self._graphs = GraphBudget(config.max_graphs)
         check_lane_memory(pipe, lanes, max_groups, prompt_tokens)
         self.clock = clock
         self.stats = EngineStats()
@@ -207,6 +213,13 @@ class Engine:
     def error(self) -> BaseException | None:
         """What stopped the decode thread, if something did."""
         return self._error
+
+    def graph_counts(self) -> dict[str, Any]:
+        """The steps' mode and captured graphs: `compile` (the mode "auto" or the config chose), `fell_back`
+        (why "auto" runs eager steps now, or None), and `GraphBudget.counts` (graphs alive and their bound,
+        captures, replays, evictions, graph memory in bytes)."""
+        failure = None if self._fallback is None else self._fallback.failure
+        return {"compile": self.compile, "fell_back": failure, **self._graphs.counts()}
 
     @property
     def queued(self) -> int:
@@ -520,7 +533,7 @@ class Engine:
         idle = next((key for key, group in self._groups.items() if not group.busy), None)
         if idle is None:
             return False
-        del self._groups[idle]
+        self._groups.pop(idle).release_graphs()
         return True
 
     def _call_images(self) -> int:
@@ -550,7 +563,14 @@ class Engine:
 
     def _make_group(self, key: GroupKey, request: Request) -> LaneGroup:
         group = LaneGroup(
-            self.pipe, key, request.sampler, self.lanes, self.prompt_tokens, compile=self.compile
+            self.pipe,
+            key,
+            request.sampler,
+            self.lanes,
+            self.prompt_tokens,
+            compile=self.compile,
+            fallback=self._fallback,
+            budget=self._graphs,
         )
         if key.sampler == ADAPTIVE and key not in self._costs:  # before any lane starts
             started = self.clock()
@@ -580,6 +600,7 @@ class Engine:
         except Exception as error:
             if self._groups.get(group.key) is group:
                 del self._groups[group.key]
+            group.release_graphs()
             held = [request for request in group.requests if request is not None]
             group.requests = [None] * group.lanes
             self.stats.group_failures += 1
@@ -691,7 +712,8 @@ class Engine:
                 width=requests[0].size[1],
                 **key.sampling.kwargs(),
                 output_type="latent",
-                compile=self.compile,
+                # under "auto", the call's own choice (it falls back as the lanes do)
+                compile=self.compile if self._fallback is None else AUTO_COMPILE,
                 callback_on_step_end=on_step if watched else None,
             )
         except Exception as error:
@@ -733,7 +755,7 @@ class Engine:
         with self._lock:
             held = self._held()
             self._queue, self._taken = collections.deque(), []
-        self._groups.clear()
+        self._clear_groups()
         self._fail(held, error, "the engine's round failed")
 
     def _fail_all(self, reason: BaseException) -> None:
@@ -741,9 +763,14 @@ class Engine:
         with self._lock:
             held = self._held()
             self._queue, self._taken = collections.deque(), []
-        self._groups.clear()
+        self._clear_groups()
         for request in held:
             request.fail(reason)
+
+    def _clear_groups(self) -> None:
+        for group in self._groups.values():
+            group.release_graphs()
+        self._groups.clear()
 
     def _held(self) -> list[Request]:
         """Under the lock: every request the engine holds (waiting, taken by the round, in a lane)."""

@@ -7,7 +7,8 @@ server's: a request that does not fit, or that the engine expects to take longer
 images ahead of it over the throughput it measures, plus its own decode), is answered 429 at once with a
 `Retry-After` from that estimate; one that still runs past the time limit 504; a client that disconnects has
 its images cancelled, which frees their lanes at the next step. `GET /health` reports each engine's state,
-refusals and estimates (503 when an engine has stopped). Errors are OpenAI-style JSON (`{"error": {"message",
+refusals, estimates and steps (their mode, captured graphs, replays and graph memory; 503 when an engine has
+stopped). Errors are OpenAI-style JSON (`{"error": {"message",
 "type", "param", "code"}}`): 400 for bad input (naming the field), 413 for a body over `MAX_BODY_BYTES`, 401
 without the API key when one is set, 500 when a decode failed, 503 when an engine takes no more work.
 
@@ -294,7 +295,8 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
 
 
 def _health(engine: Engine) -> dict[str, Any]:
-    """One engine's state, load, refusals and estimates (seconds and images per second; null: not yet)."""
+    """One engine's state, load, refusals, estimates (seconds and images per second; null: not yet) and how its
+    steps run (`Engine.graph_counts`)."""
     stats, estimate = engine.stats, engine.estimate()
     return {
         "state": engine.state,
@@ -308,6 +310,7 @@ def _health(engine: Engine) -> dict[str, Any]:
         "throughput": estimate.throughput,
         "latency_seconds": estimate.latency,
         "expected_wait_seconds": estimate.expected_wait,
+        "steps": engine.graph_counts(),
     }
 
 
