@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..builtin import load_model
-    from ..engine import Engine
+    from ..engine import DecodeFailed, Engine
     from ..serve import create_app
 
     apply_threads(args)
@@ -103,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
             pipe = load_model(source, device=args.device)
             pipe.set_progress_bar_config(disable=True)
             engines[name] = Engine(pipe, config).start()
-            engines[name].warm_up()  # the adaptive mode's costs and the throughput, before the first request
+            try:  # the adaptive mode's costs and the throughput, before the first request
+                engines[name].warm_up()
+            except DecodeFailed as error:  # the model's fault, told as a bad --model is
+                raise ValueError(f"--model {source!r} cannot decode: {error.__cause__ or error}") from error
         app = create_app(engines, api_key=api_key)
         print(f"serving {', '.join(engines)} on http://{args.host}:{args.port}/v1", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
