@@ -23,11 +23,21 @@ MAX_LOGIT_SCALE = 1e30
 KEY_LIMIT = 2**63  # image keys (and seeds) are integers in [0, KEY_LIMIT)
 MAX_THREADS = 1024  # a call's `threads=`, as the command line's --threads
 MAX_LANES = 1024  # images one engine group decodes at once (each lane is a row of a static cache, and a view)
+# captured step graphs an engine keeps by default: a group of 8 lanes uses 4 buckets x 2 spans (x windows in
+# adaptive mode); the least recently used go beyond it
+MAX_GRAPHS = 64
 MAX_QUEUE = 100_000  # requests the command line lets an engine queue (--max-queue)
 # a drafter's rotary positions (`max_position_embeddings`): far more than any prompt and image take
 MAX_POSITIONS = 1 << 20
-# a call's or an engine's `compile=` besides True / False (`arjet.session.capture.compile_mode` maps them)
-COMPILE_CHOICES = ("none", "cuda-graphs", "inductor", "inductor-graphs")
+# a call's or an engine's `compile=` besides True / False (`arjet.session.capture.compile_mode` maps them);
+# "auto", the default: captured steps on a GPU, eager ones on the CPU
+AUTO_COMPILE = "auto"
+# What "auto" picks on CUDA, by use. Measured (artifacts/gpu/2026-11-26-h100-compiled, Lumina-mGPT-7B 768 px
+# `ar`): a one-off call is faster captured (26 s in all) than compiled and captured (42 s, about 21 s of it
+# compiling); every later image is faster compiled (20.9 s against 25.6 s per image).
+AUTO_ONE_OFF = "cuda-graphs"
+AUTO_LASTING = "inductor-graphs"
+COMPILE_CHOICES = ("none", "cuda-graphs", "inductor", "inductor-graphs", AUTO_COMPILE)
 CAPTURED_CHOICES = ("cuda-graphs", "inductor-graphs")  # those that capture steps as CUDA graphs (CUDA only)
 
 
@@ -74,14 +84,17 @@ class EngineConfig:
     beyond it); `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of
     every lane's prompt region; `max_groups`: groups decoding side by side; `time_limit`: seconds a request
     may take from its submission (None: no limit); `compile`: as `pipe(..., compile=)` (True, False or one of
-    `COMPILE_CHOICES`; the engine checks it against its pipeline's device)."""
+    `COMPILE_CHOICES`; the engine checks it against its pipeline's device; "auto", the default, compiles and
+    captures on a GPU, an engine living long enough to earn the compile); `max_graphs`: captured step graphs
+    kept at once over every group (the least recently used goes first; None: no bound)."""
 
     lanes: int = 8
     max_queue: int = 64
     prompt_tokens: int = 256
     max_groups: int = 2
     time_limit: float | None = None
-    compile: bool | str = False
+    compile: bool | str = AUTO_COMPILE
+    max_graphs: int | None = MAX_GRAPHS
 
     def __post_init__(self) -> None:
         checks.integer("lanes", self.lanes, 1, MAX_LANES)
@@ -91,6 +104,7 @@ class EngineConfig:
             ("max_groups", self.max_groups),
         ):
             checks.integer(name, value, 1)
+        checks.optional_integer("max_graphs", self.max_graphs, 1)
         object.__setattr__(self, "time_limit", time_limit(self.time_limit))
         compile = self.compile
         if not (compile is None or isinstance(compile, bool) or compile in COMPILE_CHOICES):

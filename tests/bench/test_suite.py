@@ -142,9 +142,10 @@ def test_the_proof_suite_measures_the_issues_sections_and_the_default_mode():
         "janus-pro-7b",
         "lumina-mgpt-7b",
     ]
-    assert default_mode() == "none"  # `pipe(...)` steps eagerly unless told otherwise
+    assert default_mode() == "cuda-graphs"  # `pipe(...)` captures its steps on a GPU unless told otherwise
     default = suite.targets[0]
-    assert "default mode (eager)" in default.name and default.value.run == "batch 1 eager"
+    assert "default mode (cuda-graphs)" in default.name and default.value.run == "batch 1 cuda-graphs"
+    assert default.per.run == "batch 1 eager"
     modes = {r.compile for s in suite.sections for r in s.runs}
     assert modes == {"none", "cuda-graphs", "inductor-graphs"}
     assert SUITES["gpu-proof"].sections[1].throughput.concurrencies == (1, 8)

@@ -63,6 +63,19 @@ def test_a_model_folder_with_a_file_cut_short_is_refused_in_one_line_before_the_
     assert error.count("\n") == 1
 
 
+def test_a_model_that_cannot_decode_is_refused_in_one_line_before_listening(
+    overflowing_model, monkeypatch, capsys
+):
+    monkeypatch.setattr(ui, "serve", lambda *a, **k: pytest.fail("listened before the warm-up"))
+    argv = ["app", "--model", str(overflowing_model), "--device", "cpu", "--lanes", "1"]
+    assert main([*argv, "--port", str(_free_port())]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"arjet app: error: model '{overflowing_model}' cannot decode: the model's logits are not finite"
+    )
+    assert error.count("\n") == 1 and "Traceback" not in error
+
+
 def test_every_engine_is_warmed_up_before_the_demo_listens(monkeypatch):
     from arjet.engine import Engine
 

@@ -197,10 +197,24 @@ def test_several_images_print_what_each_cost(saved, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("choice", "value"),
-    [("off", False), ("auto", True), ("inductor", "inductor"), ("cuda-graphs", "cuda-graphs")],
+    [("off", False), ("auto", "auto"), ("inductor", "inductor"), ("cuda-graphs", "cuda-graphs")],
 )
 def test_compile_choices_are_the_pipelines_compile_values(choice, value):
     assert compile_argument(argparse.Namespace(compile=choice, device="cuda")) == value
+    assert compile_argument(argparse.Namespace(compile=choice, device="cuda"), recorded=True) == value
+
+
+def test_compile_defaults_to_auto_which_a_cpu_run_records_as_eager():
+    """Every command's --compile is auto; a run folder (eval's) keeps what ran: on the CPU, eager (False)."""
+    from arjet.cli.main import build_parser
+
+    parser = build_parser()
+    required = {"generate": ["a red circle"], "eval": ["--out", "x"]}
+    for command in ("generate", "bench", "eval", "serve", "app"):
+        args = parser.parse_args([command, *required.get(command, [])])
+        assert args.compile == "auto", command
+    cpu = argparse.Namespace(compile="auto", device="cpu")
+    assert compile_argument(cpu) == "auto" and compile_argument(cpu, recorded=True) is False
 
 
 def test_a_folder_whose_drafter_does_not_fit_the_model_is_refused_in_one_line(tmp_path, capsys):

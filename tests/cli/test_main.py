@@ -65,7 +65,11 @@ def test_samplers_lists_names_options_and_needs(capsys):
     assert next(line for line in lines if line.startswith("sjd2 ")).endswith("needs noise_conditioning")
     assert next(line for line in lines if line.startswith("lantern ")).endswith("needs codebook")
     assert main(["samplers", "zipar"]) == 0
-    assert "w (int, 2..16384 | none, default none): ZipAR's window size" in capsys.readouterr().out
+    explained = capsys.readouterr().out
+    assert "w (int, 2..16384 | none, default none): ZipAR's window size" in explained
+    assert explained.splitlines()[-1].startswith(
+        "Steps run as --compile says (default auto): on a GPU captured"
+    )
     assert main(["samplers", "warp"]) == 2
     assert "unknown sampler 'warp'; available: ar," in capsys.readouterr().err
 

@@ -60,10 +60,11 @@ def test_a_servers_engine_is_its_defaults_with_what_the_command_line_sets(defaul
     helps = {"lanes": "lanes", "max_queue": "queue", "time_limit": "seconds"}
     add_server_arguments(parser, port=1, models="models", defaults=defaults, helps=helps)
     assert server_engine(parser.parse_args([]), defaults) == defaults
-    given = parser.parse_args(["--lanes", "3", "--time-limit", "5"])
+    given = parser.parse_args(["--lanes", "3", "--time-limit", "5", "--max-graphs", "9"])
     assert server_engine(given, defaults, compile="inductor") == replace(
-        defaults, lanes=3, time_limit=5.0, compile="inductor"
+        defaults, lanes=3, time_limit=5.0, compile="inductor", max_graphs=9
     )
+    assert "captured step graphs each engine keeps" in parser.format_help()
     assert f"(default {defaults.lanes})" in parser.format_help()
     with pytest.raises(SystemExit):
         parser.parse_args(["--lanes", str(MAX_LANES + 1)])

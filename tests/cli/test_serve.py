@@ -176,3 +176,19 @@ def test_a_key_file_of_exactly_the_bound_is_read(started, tmp_path):
     (tmp_path / "key").write_text(key + "\n" + "#" * (MAX_KEY_FILE_BYTES - len(key) - 1))
     assert _serve("--api-key-file", str(tmp_path / "key")) == 0
     assert _authorised(started[-1], key) == 200
+
+
+def test_a_model_that_cannot_decode_is_refused_in_one_line_at_its_warm_up(
+    overflowing_model, monkeypatch, capsys, caplog
+):
+    """Its warm-up decode fails (non-finite logits): one line naming the folder and the cause, exit 2, as
+    `arjet generate` on it; no traceback, and nothing in the engine's log (the error is the caller's)."""
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: pytest.fail("listened"))
+    monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    assert _serve("--model", str(overflowing_model), "--device", "cpu", "--lanes", "1") == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"arjet serve: error: --model '{overflowing_model}' cannot decode: the model's logits are not finite"
+    )
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []

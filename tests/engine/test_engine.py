@@ -38,8 +38,8 @@ def _pipe(family):
 
 
 def _alone(pipe, sampler, seeds):
-    return [
-        pipe(prompt, sampler=sampler, seed=seed, output_type="latent").codes[0]
+    return [  # eager steps (on a GPU the default captures them)
+        pipe(prompt, sampler=sampler, seed=seed, output_type="latent", compile=False).codes[0]
         for prompt, seed in zip(PROMPTS, seeds, strict=True)
     ]
 
@@ -65,7 +65,7 @@ def test_mixed_samplers_share_one_engine():
     """Requests of several samplers (groups side by side, and a sampler that cannot share lanes, which runs
     as one call) arrive interleaved at random moments; each still decodes as alone."""
     pipe = _pipe("emu3")
-    samplers = ["ar", "mc-sjd:window=4", "zipar:w=2", "sjd-pac:window=9,tree_width=2"]
+    samplers = ["ar", "mc-sjd:window=4", "zipar:w=2", "sjd-pac:window=9,tree_width=2", "pjd:c=2,window=3"]
     jobs = [(PROMPTS[i % len(PROMPTS)], samplers[i % len(samplers)], 100 + i) for i in range(12)]
     random.Random(3).shuffle(jobs)
     expected = [pipe(p, sampler=s, seed=seed, output_type="latent").codes[0] for p, s, seed in jobs]
@@ -121,18 +121,119 @@ def test_finished_lanes_are_refilled_at_the_next_step():
     assert stats.images == 40 and stats.utilisation >= 0.9
 
 
+def _holding(engine):
+    """A request that holds the engine's only lane (its thread waits in the request's step callback) until
+    the returned event is set; the requests submitted meanwhile wait in the queue."""
+    first_step, release = threading.Event(), threading.Event()
+
+    def hold(codes):
+        first_step.set()
+        release.wait(timeout=60)
+
+    engine.submit("a red circle", seed=99, on_step=hold)
+    assert first_step.wait(timeout=60)
+    return release
+
+
 def test_the_queue_is_bounded_and_requests_can_be_cancelled():
     pipe = _pipe("janus")
-    engine = Engine(pipe, lanes=1, max_queue=2, prompt_tokens=32)  # not started: requests only queue
-    first = engine.submit("a red circle", seed=0)
-    second = engine.submit("a blue square", seed=1)
-    with pytest.raises(QueueFull, match=r"2 requests are waiting \(max_queue=2\)"):
-        engine.submit("star", seed=2)
-    first.cancel()
-    with engine:
+    with Engine(pipe, lanes=1, max_queue=2, prompt_tokens=32) as engine:
+        release = _holding(engine)
+        first = engine.submit("a red circle", seed=0)
+        second = engine.submit("a blue square", seed=1)
+        with pytest.raises(QueueFull, match=r"2 requests are waiting \(max_queue=2\)"):
+            engine.submit("star", seed=2)
+        first.cancel()
+        release.set()
         with pytest.raises(Cancelled, match="cancelled before it started"):
             first.result(timeout=60)
         assert second.result(timeout=60).codes.shape == GRIDS["janus"]
+
+
+def test_an_engine_that_is_not_started_refuses_requests_naming_start():
+    """A request queued before `start` would wait for a decode thread that does not exist."""
+    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
+    with pytest.raises(RuntimeError, match=r"the engine is not started.*call engine.start\(\) first"):
+        engine.submit("a red circle", seed=0)
+    with pytest.raises(RuntimeError, match="the engine is not started"):
+        engine.generate(["a red circle", "star"])
+    assert engine.queued == 0 and engine.state == "not started"
+    with engine:
+        assert engine.submit("a red circle", seed=0).result(timeout=60).codes.shape == GRIDS["janus"]
+
+
+def test_generate_queues_all_of_its_prompts_or_none():
+    """More prompts than the queue holds, more than its room now, or a bad prompt among them: nothing of the
+    call is queued, so nothing decodes for nobody and other callers keep the room."""
+    pipe = _pipe("janus")
+    with Engine(pipe, lanes=1, max_queue=8, prompt_tokens=32) as engine:
+        release = _holding(engine)
+        with pytest.raises(
+            ValueError, match=r"20 prompts are more than this engine's queue holds \(max_queue=8"
+        ):
+            engine.generate(["a red circle"] * 20)
+        assert engine.queued == 0
+        others = [engine.submit("star", seed=seed) for seed in range(5)]
+        with pytest.raises(
+            QueueFull, match=r"4 more requests do not fit: 5 requests are waiting \(max_queue"
+        ):
+            engine.generate(["a red circle"] * 4)
+        assert engine.queued == 5
+        with pytest.raises(ValueError, match="prompt must not be empty"):
+            engine.generate(["a red circle", "a blue square", ""])
+        assert engine.queued == 5 and engine.stats.queue_full == 1
+        release.set()
+        assert [request.result(timeout=60).codes.shape for request in others] == [GRIDS["janus"]] * 5
+
+
+def test_generate_cancels_its_other_requests_when_one_fails():
+    """The first image's step callback raises: `generate` raises it, and its other images are cancelled
+    rather than decoded for nobody (a later request, queued behind them, is the only image made after)."""
+    pipe = _pipe("janus")
+    calls, cancelled = [], threading.Event()
+
+    def watch(codes):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a watcher's bug")
+        cancelled.wait(timeout=60)  # the next image holds its lane until `generate` has cancelled it
+
+    with Engine(pipe, lanes=1, prompt_tokens=32) as engine:
+        with pytest.raises(RuntimeError, match="a watcher's bug"):
+            engine.generate(PROMPTS[:4], seed=0, on_step=watch)
+        cancelled.set()
+        engine.submit("star", seed=9).result(timeout=60)
+        assert engine.stats.images == 1 and engine.queued == 0
+
+
+EXIT_SCRIPT = """
+from arjet.engine import Engine
+from arjet.testing import tiny_pipeline
+
+pipe = tiny_pipeline("janus", grid=(8, 8), vocab_size=8, logit_scale=3.0)
+pipe.set_progress_bar_config(disable=True)
+engine = Engine(pipe, lanes=2, prompt_tokens=32).start()
+requests = [engine.submit("a red circle", seed=seed) for seed in range(16)]
+requests[0].result(timeout=120)
+print("pending at exit:", engine.queued + engine.busy, flush=True)
+"""
+
+
+def test_a_script_that_exits_with_requests_decoding_exits_cleanly(tmp_path):
+    """No `close()`: the interpreter closes the engine at exit, instead of stopping its daemon thread
+    inside a torch operation (which aborted the process: "terminate called without an active
+    exception", exit status 134)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "script.py").write_text(EXIT_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
+    pending = int(done.stdout.split("pending at exit:")[1])
+    assert pending > 0  # the case under test: the engine still had work when the script ended
 
 
 def test_a_request_past_its_time_limit_frees_its_lane():
@@ -193,9 +294,9 @@ def test_closing_fails_the_requests_still_decoding_or_waiting():
         first_step.set()
         release.wait(timeout=30)
 
+    engine.start()
     decoding = engine.submit("a red circle", seed=0, on_step=hold)
     waiting = engine.submit("a blue square", seed=1)
-    engine.start()
     assert first_step.wait(timeout=60)
     closer = threading.Thread(target=engine.close)
     closer.start()
@@ -547,9 +648,8 @@ def test_a_round_that_fails_outside_any_group_fails_what_is_in_flight_and_the_en
         return plan(self)
 
     monkeypatch.setattr(Engine, "_plan", broken_once)
-    engine = Engine(pipe, lanes=1, prompt_tokens=32)
-    lost = engine.submit("a red circle", seed=0)
-    with engine:
+    with Engine(pipe, lanes=1, prompt_tokens=32) as engine:
+        lost = engine.submit("a red circle", seed=0)
         with pytest.raises(
             DecodeFailed, match=r"the engine's round failed \(AssertionError: a bug in planning\)"
         ):
@@ -565,13 +665,15 @@ class Stop(BaseException):
 def test_a_decode_thread_that_dies_fails_its_requests_and_refuses_new_work(monkeypatch):
     from arjet.engine import EngineStopped
 
-    def die(self):
+    def die(self):  # once there is work
+        with self._lock:
+            while not self._queue:
+                self._lock.wait()
         raise Stop("stopped")
 
     monkeypatch.setattr(Engine, "_round", die)
-    engine = Engine(_pipe("janus"), lanes=1, prompt_tokens=32)
-    waiting = engine.submit("a red circle", seed=0)
-    with engine:
+    with Engine(_pipe("janus"), lanes=1, prompt_tokens=32) as engine:
+        waiting = engine.submit("a red circle", seed=0)
         with pytest.raises(EngineStopped, match=r"the engine's decode thread stopped \(Stop\('stopped'\)\)"):
             waiting.result(timeout=60)
         assert engine.state == "failed" and isinstance(engine.error, Stop)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_sjd2 import _with_noise_conditioning
 
-from arjet.samplers import MCSJD, SJD, SJD2, SJDPAC, ZipAR
+from arjet.samplers import MCSJD, PJD, SJD, SJD2, SJDPAC, ZipAR
 from arjet.samplers.decode import CHECK_EVERY
 from arjet.session import DecodingSession
 from arjet.session.capture import CAPTURED_SPAN_SIZES, compile_mode
@@ -19,6 +19,7 @@ SAMPLERS = [
     SJD(window=4, init="sample_horizontal", reuse=0.5),
     ZipAR(w=2),
     ZipAR(w=2, verify=SJD(window=3)),
+    PJD(c=2, window=3),
     SJDPAC(window=9, tree_width=2),
     SJDPAC(window=14, init="sample_vertical", coupling=False),
 ]
@@ -26,6 +27,7 @@ GRIDS = {"janus": (4, 4), "emu3": (3, 5), "lumina_mgpt": (3, 5), "glm_image": (3
 
 
 def _codes(pipe, sampler, **kwargs):
+    kwargs.setdefault("compile", False)  # the eager reference (on a GPU the default captures)
     out = pipe(["a red circle", "green star"], sampler=sampler, seed=0, output_type="latent", **kwargs)
     return out.codes
 

@@ -275,8 +275,8 @@ def test_the_paper_name_is_eagle_with_the_rule():
         ("cool-sd:delta=nan", "delta must be a finite number from 0 to 1e+06, got 'nan'"),
         ("cool-sd:nu=11", "nu must be a finite number from -10 to 10, got '11'"),
         ("cool-sd:k=3", "no option 'k'; valid options: window, tree_width, tree_depth, chain, delta, nu"),
-        ("sjd+cool-sd", "sjd takes +lantern after it, not '+cool-sd'"),
-        ("sjd-pac+cool-sd", "sjd-pac takes +lantern after it, not '+cool-sd'"),
+        ("sjd+cool-sd", "sjd takes +lantern or +gsd or +entropy after it, not '+cool-sd'"),
+        ("sjd-pac+cool-sd", "sjd-pac takes +lantern or +gsd or +entropy after it, not '+cool-sd'"),
         ("eagle+cool-sd+lantern", "cool-sd takes no part after it, not '+lantern'"),
     ],
 )

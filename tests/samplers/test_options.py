@@ -111,6 +111,7 @@ BAD_COMPOSITE_SPECS = [
     ("ar+lantern", "unknown sampler 'ar+lantern': ar takes no part after it, not '+lantern'"),
     ("sjd2+lantern", "sjd2 takes no part after it, not '+lantern'"),
     ("zipar+mc-sjd", "zipar takes +sjd after it, not '+mc-sjd'"),
+    ("zipar+sjd:reuse=0.5", "zipar's rows re-draft independently or with the maximal coupling only"),
     ("zipar+sjd+lantern+lantern", "lantern takes no part after it, not '+lantern'"),
     ("lantern+sjd", "unknown sampler 'lantern+sjd': no method 'lantern'"),
     ("sjd+lantern:acceptance=exact",
@@ -298,6 +299,11 @@ OVERSIZED = {
         ("zipar+sjd:w=2,window=64", "window=64 is wider than the 16 codes of a row of this 16x16 grid, and "
          "zipar\\+sjd advances each row by at most its width, with up to 16 rows in one forward; use window "
          "<= 16"),
+    ],
+    "pjd": [
+        ("pjd:window=1000", "window=1000 is larger than the 256 cells"),
+        ("pjd:c=1,window=64", "window=64 is wider than the 16 codes of a row of this 16x16 grid, and pjd "
+         "advances each row by at most its width, with up to 16 rows in one forward; use window <= 16"),
     ],
     "zipar+lantern": [
         ("zipar+lantern:window=256", "window=256 is wider than the 16 codes of a row"),

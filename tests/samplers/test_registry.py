@@ -104,10 +104,10 @@ def test_an_alias_builds_what_its_canonical_spec_builds(alias, canonical, built)
     assert samplers.get(alias) == samplers.get(canonical) == built
 
 
-def test_the_registered_names_stay_the_fourteen_and_composites_are_built_unlisted():
+def test_the_registered_names_stay_the_fifteen_and_composites_are_built_unlisted():
     assert samplers.available() == [
-        "ar", "cool-sd", "eagle", "eagle2", "gsd", "lantern", "lantern++", "mc-sjd", "sjd", "sjd-pac", "sjd2",
-        "zipar", "zipar+lantern", "zipar+sjd",
+        "ar", "cool-sd", "eagle", "eagle2", "gsd", "lantern", "lantern++", "mc-sjd", "pjd", "sjd", "sjd-pac",
+        "sjd2", "zipar", "zipar+lantern", "zipar+sjd",
     ]  # fmt: skip
     schema = samplers.options("zipar+sjd+lantern")
     assert schema == (*options_of(ZipAR), *options_of(SJD), *options_of(Lantern))

@@ -12,6 +12,7 @@ import numpy as np
 import openai
 import PIL.Image
 import pytest
+import torch
 import uvicorn
 
 from arjet.engine import Engine
@@ -397,6 +398,46 @@ def test_a_failing_decode_is_a_json_500_and_the_server_goes_on(pipe, monkeypatch
     assert "MemoryError: the tree needs GBs" in failed.json()["error"]["message"]
     assert np.array_equal(_pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
     assert health.status_code == 200 and health.json()["models"]["tiny"]["failed"] == 1
+
+
+def test_a_model_whose_images_cannot_be_rendered_is_a_500_that_says_why():
+    """The VQ decoder paints non-finite pixels: the server's model is at fault (500, not 400), and the body
+    says why (the error's message), on one line, with no traceback and no API key."""
+    broken = tiny_pipeline("emu3", grid=GRID, vocab_size=8, logit_scale=3.0)
+    broken.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        for weight in broken.image_tokenizer.vqmodel.decoder.parameters():
+            weight.fill_(float("nan"))
+    with serving(broken, api_key="sesame") as (url, engine):
+        with pytest.raises(openai.InternalServerError) as failed:
+            _client(url, key="sesame").images.generate(model="tiny", prompt="a", response_format="b64_json")
+        health = httpx.get(f"{url}/health")
+    error = failed.value.response.json()["error"]
+    assert failed.value.status_code == 500 and error["type"] == "server_error"
+    assert error["message"] == (
+        "the images could not be rendered from their codes (ValueError: the image tokenizer's decoder gave "
+        "pixels that are not finite (NaN or inf): its weights or its config make it overflow; load a "
+        "checkpoint whose VQ weights are sound)"
+    )
+    assert health.json()["status"] == "ok"
+
+
+def test_a_500_names_no_folder_of_a_path_and_never_the_api_key(pipe, monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise OSError("cannot read /srv/models/secret-project/vq.bin\n(key sesame)")
+
+    monkeypatch.setattr(type(pipe), "render", unreadable)
+    with serving(pipe, api_key="sesame") as (url, engine):
+        response = httpx.post(
+            f"{url}/v1/images/generations",
+            json={"prompt": "a"},
+            headers={"Authorization": "Bearer sesame"},
+            timeout=60,
+        )
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == (
+        "the images could not be rendered from their codes (OSError: cannot read .../vq.bin (key [API key]))"
+    )
 
 
 class Stop(BaseException):

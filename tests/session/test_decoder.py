@@ -127,3 +127,38 @@ def test_a_packed_weight_is_reused_made_again_after_a_change_and_dropped_with_th
     assert slot in decoder_module._PACKED
     del linear, packed, changed
     assert slot not in decoder_module._PACKED
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("family_name", ["lumina_mgpt", "glm_image"])
+def test_stacked_qkv_and_gate_up_give_the_separate_products(family_name, dtype, monkeypatch):
+    """CUDA's stacked copies (one q/k/v product and one gate/up product per layer), run here on the CPU: the
+    same logits as the separate products, within rounding (GLM-Image holds gate and up as one already)."""
+    pipe = tiny_pipeline(family_name, grid=GRID, vocab_size=8, logit_scale=3.0).to(dtype=dtype)
+    monkeypatch.setattr(decoder_module, "_can_pack", lambda weights: False)
+    codes, cells = _codes(), torch.arange(1, 7).expand(2, 6)
+    logits = {}
+    for stack in (False, True):
+        monkeypatch.setattr(decoder_module, "_can_stack", lambda weights, stack=stack: stack)
+        session = _session(pipe)
+        layer = session.decoder.layers[0]
+        assert (layer.qkv.stacked is not None) == stack
+        assert (layer.gate_up.stacked is not None) == (stack and family_name != "glm_image")
+        session.reserve(8)
+        logits[stack] = session.logits(cells, codes[:, :6])
+    tolerance = {torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    torch.testing.assert_close(logits[True], logits[False], atol=tolerance, rtol=tolerance)
+
+
+def test_weights_are_stacked_on_cuda_only_within_the_free_memory_share(monkeypatch):
+    """The copies cost memory: stacked only where they take at most `STACK_LIMIT_SHARE` of what is free."""
+    from types import SimpleNamespace
+
+    assert not decoder_module._can_stack([torch.empty(4, 4)])  # the CPU packs for oneDNN instead
+    weight = SimpleNamespace(device=torch.device("cuda"), numel=lambda: 1000, element_size=lambda: 2)
+    free = 2000 / decoder_module.STACK_LIMIT_SHARE  # exactly the share: 2 kB of copies
+    monkeypatch.setattr(decoder_module, "available_bytes", lambda device: free)
+    assert decoder_module._can_stack([weight])
+    assert not decoder_module._can_stack([weight, weight])
+    monkeypatch.setattr(decoder_module, "available_bytes", lambda device: None)
+    assert not decoder_module._can_stack([weight])

@@ -27,7 +27,7 @@ import PIL.Image
 
 from .. import samplers
 from ..builtin import available_models, load_model
-from ..engine import Engine, Overloaded, QueueFull
+from ..engine import DecodeFailed, Engine, Overloaded, QueueFull
 from ..limits import DEMO_ENGINE, DEMO_LIMITS, EngineConfig
 from ..pipelines.base import ARPipelineOutput
 from ..pipelines.prompts import unknown_words
@@ -88,10 +88,16 @@ class ModelShelf:
 
     def warm_up(self) -> None:
         """Load every model and warm its engine up with the sampler the page offers first (`Engine.warm_up`:
-        the throughput that admission estimates from), before the first visitor; a model that does not load
-        raises here. (The page offers no adaptive mode, so there is no cost model to measure.)"""
+        the throughput that admission estimates from), before the first visitor; a model that does not load,
+        or cannot decode (`ValueError`), raises here. (The page offers no adaptive mode, so there is no cost
+        model to measure.)"""
         for label in self.sources:
-            self.engine(label).warm_up(_preferred(sampler_choices(self.get(label))))
+            try:
+                self.engine(label).warm_up(_preferred(sampler_choices(self.get(label))))
+            except DecodeFailed as error:  # the model's fault, told as one that does not load is
+                raise ValueError(
+                    f"model {self.sources[label]!r} cannot decode: {error.__cause__ or error}"
+                ) from error
 
     def close(self) -> None:
         with self._lock:

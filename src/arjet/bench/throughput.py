@@ -50,6 +50,9 @@ class ThroughputRow:
     forward_passes: float
     windows: dict[int, int] = field(default_factory=dict)  # adaptive: steps by window
     vs_ar: float | None = None
+    steps: dict[str, Any] = field(
+        default_factory=dict
+    )  # the engine's mode and graphs (`Engine.graph_counts`)
 
 
 @dataclass
@@ -89,7 +92,7 @@ def run_throughput(
     concurrencies: Sequence[int],
     *,
     seed: int = 0,
-    compile: bool | str = False,
+    compile: bool | str = "auto",
     progress: bool = True,
     **call_kwargs: Any,
 ) -> ThroughputResult:
@@ -166,6 +169,7 @@ def _measure(pipe, spec, prompts, concurrency, seed, compile, call_kwargs) -> Th
         if errors:
             raise errors[0]
         used = engine.stats.since(before)
+        steps = engine.graph_counts()
     return ThroughputRow(
         sampler=spec,
         concurrency=concurrency,
@@ -177,6 +181,7 @@ def _measure(pipe, spec, prompts, concurrency, seed, compile, call_kwargs) -> Th
         utilisation=used.utilisation,
         forward_passes=statistics.fmean(passes),
         windows=dict(sorted(used.windows.items())),
+        steps=steps,
     )
 
 

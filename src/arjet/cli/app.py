@@ -6,11 +6,14 @@ import argparse
 
 from ..limits import DEMO_ENGINE
 from .options import (
+    LASTING_GPU,
     add_command,
+    add_compile_argument,
     add_device_argument,
     add_server_arguments,
     add_threads_argument,
     check_listen_address,
+    compile_argument,
     model_choices,
     server_engine,
 )
@@ -25,7 +28,8 @@ cell, and compare with plain `ar` on the same prompt and seed.
 Visitors share each model's continuous-batching engine: --lanes of them are served at once, --max-queue
 more may wait (beyond that, or when the engine expects an image to take longer than --time-limit, they are
 refused at once), and an image that still takes longer is stopped so its lane serves the next. Every model
-loads, and its engine decodes one full batch (measuring its throughput), before the demo listens."""
+loads, and its engine decodes one full batch (measuring its throughput; on a GPU compiling and capturing
+its steps, --compile auto), before the demo listens."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -44,19 +48,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_device_argument(parser)
     add_threads_argument(parser)
+    add_compile_argument(parser, LASTING_GPU)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_listen_address(args.host, args.port)  # before Gradio's import, seconds long
     choices = model_choices(args.model)
+    config = server_engine(args, DEMO_ENGINE, compile=compile_argument(args))
 
     from ..app.ui import build_demo, serve
     from ..pipelines.loading import default_device
 
     apply_threads(args)
     device = args.device or default_device()
-    demo = build_demo(choices, device=device, config=server_engine(args, DEMO_ENGINE))
+    demo = build_demo(choices, device=device, config=config)
     try:
         demo.shelf.warm_up()  # a model that does not load is refused here, before listening
         serve(demo, args.host, args.port)

@@ -10,6 +10,7 @@ from .. import checks
 from ..limits import DEFAULT_LIMITS
 from . import types
 from .options import (
+    ENGINE_OR_CALL_GPU,
     add_command,
     add_compile_argument,
     add_json_argument,
@@ -105,7 +106,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="folder of the public prompt sets (or ARJET_PROMPTS_DIR)",
     )
     add_sampling_arguments(parser)
-    add_compile_argument(parser)
+    add_compile_argument(parser, ENGINE_OR_CALL_GPU.format(engine="--concurrency"))
     parser.add_argument(
         "--out",
         default=None,
@@ -286,7 +287,7 @@ SUITE_EXCLUDES = {  # options a suite sets itself, with their defaults
     "plot": None,
     "height": None,
     "width": None,
-    "compile": "off",
+    "compile": "auto",
     "json": False,
 }
 

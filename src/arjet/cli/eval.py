@@ -23,6 +23,7 @@ from .. import checks
 from ..limits import DEFAULT_LIMITS
 from . import types
 from .options import (
+    ENGINE_OR_CALL_GPU,
     add_command,
     add_compile_argument,
     add_model_arguments,
@@ -99,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_size_arguments(parser)
     add_sampling_arguments(parser)
-    add_compile_argument(parser)
+    add_compile_argument(parser, ENGINE_OR_CALL_GPU.format(engine="--batch-size above 1"))
     parser.add_argument(
         "--fid-features",
         metavar="SPEC",
@@ -223,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
     seeds = parse_seeds(seed_text, option=seed_option)
     sampling = sampling_options(args)
-    compile = compile_argument(args)
+    compile = compile_argument(args, recorded=True)
     checks.output_dir("--out", args.out)
     if args.stats_cache:
         checks.output_dir("--stats-cache", args.stats_cache)

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import checks
-from ..limits import CAPTURED_CHOICES, MAX_LANES, MAX_QUEUE, MAX_THREADS, EngineConfig
+from ..limits import (
+    AUTO_COMPILE,
+    AUTO_LASTING,
+    AUTO_ONE_OFF,
+    CAPTURED_CHOICES,
+    MAX_LANES,
+    MAX_QUEUE,
+    MAX_THREADS,
+    EngineConfig,
+)
 from ..pipelines.loading import DTYPES
 from . import types
 from .threads import apply_threads
@@ -95,30 +104,50 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-COMPILE_CHOICES = ("off", "auto", "cuda-graphs", "inductor", "inductor-graphs")
+COMPILE_CHOICES = ("auto", "off", "cuda-graphs", "inductor", "inductor-graphs")
 
 
-def add_compile_argument(parser: argparse.ArgumentParser) -> None:
+# what --compile auto does on a GPU, by command (the choice itself is `arjet.session.capture.compile_mode`'s)
+ONE_OFF_GPU = f"{AUTO_ONE_OFF} on a GPU (inductor's compile would cost a one-off run more than it saves)"
+LASTING_GPU = (
+    f"{AUTO_LASTING} on a GPU (the compile, paid while the command starts, makes every later image faster)"
+)
+ENGINE_OR_CALL_GPU = (
+    f"on a GPU {AUTO_LASTING} where images go through the engine ({{engine}}: the warm-up pays the compile), "
+    f"{AUTO_ONE_OFF} for calls"
+)
+
+
+def add_compile_argument(parser: argparse.ArgumentParser, gpu: str = ONE_OFF_GPU) -> None:
+    """`--compile`, default auto; `gpu`: what auto picks on a GPU for this command."""
     parser.add_argument(
         "--compile",
         choices=COMPILE_CHOICES,
-        default="off",
-        help="how each decode step runs: off (eagerly, the default), cuda-graphs (captured once per attention "
-        "span and replayed; CUDA only), inductor (the decoder through torch.compile; slow the first time), "
-        "inductor-graphs (both: compiled, then captured; CUDA only), auto (cuda-graphs on a GPU, else inductor)",
+        default=AUTO_COMPILE,
+        help=f"how each decode step runs: auto (the default: {gpu}; eager steps on the CPU, where they are "
+        "faster; if capturing or compiling fails it warns once and runs eager steps), off (eager steps), "
+        "cuda-graphs (captured once per attention span and replayed; CUDA only), inductor (the decoder through "
+        "torch.compile; slow the first time), inductor-graphs (both: compiled, then captured; CUDA only). An "
+        "explicit mode that fails stops the command",
     )
 
 
-def compile_argument(args: argparse.Namespace) -> bool | str:
-    """`--compile` as the pipeline's `compile=` value, refused before any model work where it cannot run."""
-    from ..pipelines.loading import default_device
+def compile_argument(args: argparse.Namespace, *, recorded: bool = False) -> bool | str:
+    """`--compile` as the pipeline's `compile=` value, refused before any model work where it cannot run.
+    `recorded`: the value a run folder keeps, so auto on a device where it runs eager steps is False."""
+    import torch
 
-    choice = {"off": False, "auto": True}.get(args.compile, args.compile)
+    from ..pipelines.loading import default_device
+    from ..session.capture import compile_mode
+
+    choice = {"off": False}.get(args.compile, args.compile)
     device = str(args.device or default_device())
     if choice in CAPTURED_CHOICES and not device.startswith("cuda"):
         raise ValueError(
             f"--compile {choice} needs a CUDA device, got --device {device} (use inductor or off)"
         )
+    if recorded and choice == AUTO_COMPILE and compile_mode(choice, torch.device(device)) == "none":
+        return False
     return choice
 
 
@@ -285,7 +314,8 @@ def _json_lines(value: Any, indent: int, depth: int) -> str:
 
 
 # -- servers (the demo, the API) -----------------------------------------------------------------------
-SERVER_ENGINE_FIELDS = ("lanes", "max_queue", "time_limit")  # what a server's command line sets of its engine
+SERVER_ENGINE_FIELDS = ("lanes", "max_queue", "time_limit", "max_graphs")
+MAX_GRAPHS_HELP = "captured step graphs each engine keeps on a GPU; beyond it the least recently used goes"  # what a server's command line sets of its engine
 
 
 def add_server_arguments(
@@ -297,8 +327,9 @@ def add_server_arguments(
     helps: dict[str, str],
 ) -> None:
     """Where a server listens, what it serves and how much it takes on: `--host` (loopback by default),
-    `--port`, `--model` (repeatable), `--lanes`, `--max-queue`, `--time-limit` (`defaults`' values, each
-    with its line of `helps`, keyed by the `EngineConfig` field; `server_engine` reads them back)."""
+    `--port`, `--model` (repeatable), `--lanes`, `--max-queue`, `--time-limit`, `--max-graphs` (`defaults`'
+    values, each with its line of `helps`, keyed by the `EngineConfig` field, `--max-graphs`'s shared;
+    `server_engine` reads them back)."""
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)"
     )
@@ -306,10 +337,12 @@ def add_server_arguments(
         "--port", type=types.int_type(1, 65535), default=port, help=f"TCP port (default {port})"
     )
     parser.add_argument("--model", action="append", default=None, metavar="NAME_OR_PATH", help=models)
+    helps = {"max_graphs": MAX_GRAPHS_HELP, **helps}
     kinds = {
         "lanes": types.int_type(1, MAX_LANES),
         "max_queue": types.int_type(1, MAX_QUEUE),
         "time_limit": types.float_type(0.0, exclusive_minimum=True),
+        "max_graphs": types.int_type(1),
     }
     for name in SERVER_ENGINE_FIELDS:
         default = getattr(defaults, name)
@@ -322,7 +355,8 @@ def add_server_arguments(
 
 
 def server_engine(args: argparse.Namespace, defaults: EngineConfig, **more: Any) -> EngineConfig:
-    """`defaults` with what the server's command line set (`--lanes`, `--max-queue`, `--time-limit`) and
+    """`defaults` with what the server's command line set (`--lanes`, `--max-queue`, `--time-limit`,
+    `--max-graphs`) and
     `more` (fields of `EngineConfig` by name)."""
     return replace(defaults, **{name: getattr(args, name) for name in SERVER_ENGINE_FIELDS}, **more)
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from ..limits import AUTO_LASTING, AUTO_ONE_OFF
 from .options import add_command
+
+# how every sampler's steps run, whichever it is (`arjet.session.capture.compile_mode` decides)
+STEPS = (
+    f"Steps run as --compile says (default auto): on a GPU captured as CUDA graphs ({AUTO_ONE_OFF}; "
+    f"{AUTO_LASTING} in serve, app and other engine runs, the compile paid while they start), eager on the "
+    "CPU; if capturing fails, a warning and eager steps. --compile off (compile=False) opts out."
+)
 
 DESCRIPTION = """List the samplers: each name with its options (default, type and range) and the model
 capabilities it needs, one line each; with a NAME, every option of that sampler explained.
@@ -19,7 +27,8 @@ sjd-pac+lantern` explains one); `lantern`, `lantern++` and `zipar+lantern` are t
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_command(subparsers, "samplers", "list the samplers and their options", DESCRIPTION)
+    description = f"{DESCRIPTION}\n\n{STEPS}"
+    parser = add_command(subparsers, "samplers", "list the samplers and their options", description)
     parser.add_argument("name", nargs="?", default=None, help="one sampler to explain (default: list all)")
     parser.set_defaults(func=run)
 
@@ -41,4 +50,6 @@ def run(args: argparse.Namespace) -> int:
         if args.name is not None:
             for option in options:
                 print(f"  {option.describe()}")
+    if args.name is not None:
+        print(STEPS)
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..limits import SERVE_ENGINE
 from .options import (
+    LASTING_GPU,
     add_command,
     add_compile_argument,
     add_device_argument,
@@ -26,7 +27,7 @@ from .threads import apply_threads
 DESCRIPTION = """Serve the OpenAI images API: POST /v1/images/generations, GET /v1/models, GET /health.
 
   arjet serve --port 8000                                   # http://127.0.0.1:8000/v1
-  arjet serve --model shapes --model /models/Janus-Pro-1B --device cuda --compile cuda-graphs --lanes 16
+  arjet serve --model shapes --model /models/Janus-Pro-1B --device cuda --lanes 16
 
   from openai import OpenAI
   client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
@@ -37,8 +38,10 @@ Each model runs one engine: requests share its --lanes as images finish and new 
 --max-queue waiting images, or when the engine expects a request to take longer than --time-limit (the
 images ahead of it over the throughput it measures), a request gets 429 at once with Retry-After; one that
 still takes longer gets 504; a client that disconnects frees its lanes. Before it listens, the server
-decodes one full batch per model (measuring the adaptive mode's costs and the throughput). Several GPUs:
-one server per device (--device cuda:N) behind any HTTP load balancer.
+decodes one full batch per model (measuring the adaptive mode's costs and the throughput, and on a GPU
+compiling and capturing the steps: --compile auto; /health reports captures, replays and graph memory, at
+most --max-graphs graphs kept). Several GPUs: one server per device (--device cuda:N) behind any HTTP load
+balancer.
 
 API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
 --api-key KEY works too, but every user of this machine sees it in `ps`."""
@@ -62,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_device_argument(parser)
     add_threads_argument(parser)
-    add_compile_argument(parser)
+    add_compile_argument(parser, LASTING_GPU)
     parser.add_argument(
         "--api-key-file",
         type=Path,
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..builtin import load_model
-    from ..engine import Engine
+    from ..engine import DecodeFailed, Engine
     from ..serve import create_app
 
     apply_threads(args)
@@ -100,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
             pipe = load_model(source, device=args.device)
             pipe.set_progress_bar_config(disable=True)
             engines[name] = Engine(pipe, config).start()
-            engines[name].warm_up()  # the adaptive mode's costs and the throughput, before the first request
+            try:  # the adaptive mode's costs and the throughput, before the first request
+                engines[name].warm_up()
+            except DecodeFailed as error:  # the model's fault, told as a bad --model is
+                raise ValueError(f"--model {source!r} cannot decode: {error.__cause__ or error}") from error
         app = create_app(engines, api_key=api_key)
         print(f"serving {', '.join(engines)} on http://{args.host}:{args.port}/v1", flush=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -30,12 +30,14 @@ decode thread; then `state` says "failed" and `submit` raises `EngineStopped`.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,14 +45,14 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..limits import DEFAULT_ENGINE, KEY_LIMIT, MAX_LANES, EngineConfig
+from ..limits import AUTO_COMPILE, DEFAULT_ENGINE, KEY_LIMIT, MAX_LANES, EngineConfig
 from ..limits import time_limit as _time_limit
 from ..pipelines.adaptive import ADAPTIVE, WINDOWS, CostModel, is_adaptive, widest_spec, window_runs
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.inputs import CheckedInputs
 from ..samplers import DecodeStatus, Sampler, SamplingOptions
 from ..samplers.decode import image_keys
-from ..session.capture import compile_mode
+from ..session.capture import GraphBudget, compile_mode
 from .admission import Estimate, Load, Throughput
 from .lanes import LaneGroup, buckets, check_lane_memory
 from .requests import (
@@ -67,6 +69,10 @@ from .requests import (
 logger = logging.getLogger(__name__)
 CALIBRATION_IMAGES = 4  # images per window that measure the adaptive mode's yields when a group starts
 WARM_UP_PROMPT = "a red circle left of a blue square"
+# The engines whose decode thread runs (a running thread holds its engine). Each is closed at exit: a daemon
+# thread that the interpreter's finalisation stops inside a torch operation aborts the whole process
+# ("terminate called without an active exception").
+_RUNNING: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 @dataclass
@@ -119,14 +125,16 @@ class Engine:
     """Decode many requests at once on `pipe` (see the module docstring).
 
     `config`: what the engine takes on (`arjet.limits.EngineConfig`: lanes, max_queue, prompt_tokens,
-    max_groups, time_limit, compile; default `DEFAULT_ENGINE`), `overrides`: any of those fields by name,
-    which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
+    max_groups, time_limit, compile, max_graphs; default `DEFAULT_ENGINE`), `overrides`: any of those fields
+    by name, which replace the config's (`Engine(pipe, lanes=4)` and `Engine(pipe, SERVE_ENGINE, lanes=16)` both
     work). `lanes`: images a group decodes at once (at most `MAX_LANES`; their KV caches must fit in the
     device's free memory); `max_queue`: requests that may wait (`submit` raises `QueueFull` beyond it);
     `prompt_tokens`: the longest prompt (chat template included) a request may have, the size of every
     lane's prompt region; `max_groups`: groups decoding side by side; `time_limit`: seconds a request may
     take from its submission (None: no limit; a request expected to take longer is refused with
-    `Overloaded`); `compile`: as `pipe(..., compile=)`; `clock`: the clock of time limits and of the
+    `Overloaded`); `compile`: as `pipe(..., compile=)`, but "auto" (the default) picks compiled layers
+    inside captured steps on a GPU (an engine lives long enough to earn the compile, which `warm_up` pays);
+    `max_graphs`: captured graphs kept at once (`graph_counts`); `clock`: the clock of time limits and of the
     admission's estimates (tests step it by hand); the stats' durations use `time.monotonic`."""
 
     def __init__(
@@ -146,7 +154,11 @@ class Engine:
         lanes, max_groups, prompt_tokens = config.lanes, config.max_groups, config.prompt_tokens
         self.lanes, self.max_queue, self.prompt_tokens = lanes, config.max_queue, prompt_tokens
         self.max_groups, self.time_limit = max_groups, config.time_limit
-        self.compile = compile_mode(config.compile, pipe._execution_device)
+        # "auto": an engine lives long enough to earn inductor's compile (paid by `warm_up`, before serving)
+        fallback = pipe.eager_fallback if config.compile == AUTO_COMPILE else None
+        self.compile = compile_mode(config.compile, pipe._execution_device, lasting=True, fallback=fallback)
+        self._fallback = fallback if self.compile != "none" else None
+        self._graphs = GraphBudget(config.max_graphs)
         check_lane_memory(pipe, lanes, max_groups, prompt_tokens)
         self.clock = clock
         self.stats = EngineStats()
@@ -163,9 +175,12 @@ class Engine:
 
     # -- the public face -----------------------------------------------------------------------------
     def start(self) -> Engine:
+        """Start the decode thread (`submit` refuses requests before). An engine left running when the
+        interpreter exits is closed then, as `close` does."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="arjet-engine", daemon=True)
             self._thread.start()
+            _RUNNING.add(self)
         return self
 
     def close(self) -> None:
@@ -176,6 +191,7 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        _RUNNING.discard(self)
 
     def __enter__(self) -> Engine:
         return self.start()
@@ -207,6 +223,13 @@ class Engine:
     def error(self) -> BaseException | None:
         """What stopped the decode thread, if something did."""
         return self._error
+
+    def graph_counts(self) -> dict[str, Any]:
+        """The steps' mode and captured graphs: `compile` (the mode "auto" or the config chose), `fell_back`
+        (why "auto" runs eager steps now, or None), and `GraphBudget.counts` (graphs alive and their bound,
+        captures, replays, evictions, graph memory in bytes)."""
+        failure = None if self._fallback is None else self._fallback.failure
+        return {"compile": self.compile, "fell_back": failure, **self._graphs.counts()}
 
     @property
     def queued(self) -> int:
@@ -248,7 +271,7 @@ class Engine:
         the request fails with its error). `time_limit`: seconds from now (None: the engine's). Raises
         `QueueFull` when `max_queue` requests wait already, `Overloaded` when the request is expected to take
         longer than its time limit (both with `retry_after` seconds), `EngineStopped` when the engine takes no
-        more work."""
+        more work, `RuntimeError` before `start` (nothing would decode it)."""
         self._check_running()
         limit = self.time_limit if time_limit is None else _time_limit(time_limit)
         if on_step is not None and not callable(on_step):
@@ -280,7 +303,8 @@ class Engine:
         default size and sampling options (or `options`, as `submit` takes them), and wait for them. The
         adaptive mode measures its cost model for that group here, so a first adaptive request of the same
         options measures nothing; the throughput estimate starts from a full engine's. Starts the engine; the
-        warm-up's images have no time limit and no queue bound."""
+        warm-up's images have no time limit and no queue bound. A failed image raises its `DecodeFailed`
+        here (a model that cannot decode, say), which the engine's log leaves to the caller."""
         count = self.lanes if images is None else checks.integer("images", images, 1, MAX_LANES)
         self.start()
         self._check_running()
@@ -291,16 +315,24 @@ class Engine:
             for i in range(count)
         ]
         for request in requests:
+            request.raised_to_caller = True  # a failure is raised here, so the engine's log need not show it
             self._enqueue(request, None, bounded=False)
         return [request.result() for request in requests]
 
     def generate(self, prompts: Iterable[str], *, seed: int = 0, **options: Any) -> list[EngineResult]:
         """Every prompt through the engine (prompt `i` with seed `seed + i`), waiting for all; the results
-        in prompt order. `options` as `submit`."""
+        in prompt order. `options` as `submit`. All or none: every prompt is checked, and the queue's room
+        for all of them, before any is queued (at most `max_queue` prompts; `QueueFull` when they do not fit
+        now); if one is refused, or one fails, or the wait is interrupted, this call's other requests are
+        cancelled rather than left decoding for nobody."""
         prompts = list(prompts)
         checks.seed("seed", seed, max(1, len(prompts)))
-        requests = [self.submit(prompt, seed=seed + i, **options) for i, prompt in enumerate(prompts)]
-        return [request.result() for request in requests]
+        requests = self._submit_together(prompts, seed, options)
+        try:
+            return [request.result() for request in requests]
+        finally:
+            for request in requests:
+                request.cancel()  # a no-op for a finished request; frees the lanes of the others
 
     # -- requests ---------------------------------------------------------------------------------------
     def _check_running(self) -> None:
@@ -369,22 +401,56 @@ class Engine:
             withdraw=self._withdraw,
         )
 
+    def _submit_together(self, prompts: list[str], seed: int, options: dict[str, Any]) -> list[Request]:
+        """`generate`'s requests, all queued or none: under the lock (`submit` takes it again: it is
+        reentrant), so the decode thread starts none of them before the last is checked and queued; if one
+        is refused, those queued before it are taken back."""
+        if len(prompts) > self.max_queue:
+            raise ValueError(
+                f"{len(prompts)} prompts are more than this engine's queue holds (max_queue={self.max_queue}), "
+                f"so they could never wait together; pass at most {self.max_queue} per call"
+            )
+        requests: list[Request] = []
+        with self._lock:
+            self._check_room(len(prompts))
+            try:
+                for i, prompt in enumerate(prompts):
+                    requests.append(self.submit(prompt, seed=seed + i, **options))
+            except BaseException:
+                for request in requests:
+                    request.cancel()
+                raise
+        return requests
+
     def _enqueue(self, request: Request, limit: float | None, bounded: bool = True) -> None:
         """Queue `request`, or refuse it: `QueueFull` beyond `max_queue`, `Overloaded` when its expected wait
-        is longer than `limit` seconds."""
+        is longer than `limit` seconds, `RuntimeError` before `start` (it would never run)."""
         with self._lock:
             if self._closing:
                 raise EngineStopped("the engine is closed")
-            if bounded and len(self._queue) >= self.max_queue:
-                self.stats.queue_full += 1
-                raise QueueFull(
-                    f"{len(self._queue)} requests are waiting (max_queue={self.max_queue})",
-                    self._throughput.drain_seconds(self._load(), len(self._queue) - self.max_queue + 1),
+            if self._thread is None:
+                raise RuntimeError(
+                    "the engine is not started, so nothing would decode this request: call engine.start() "
+                    "first (or use `with Engine(...) as engine:`)"
                 )
+            if bounded:
+                self._check_room(1)
             if limit is not None:
                 self._refuse_if_late(limit)
             self._queue.append(request)
             self._lock.notify_all()
+
+    def _check_room(self, count: int) -> None:
+        """Under the lock: `QueueFull` unless `count` more requests fit in the queue."""
+        waiting = len(self._queue)
+        if waiting + count <= self.max_queue:
+            return
+        self.stats.queue_full += 1
+        what = "" if count == 1 else f"{count} more requests do not fit: "
+        raise QueueFull(
+            f"{what}{waiting} requests are waiting (max_queue={self.max_queue})",
+            self._throughput.drain_seconds(self._load(), waiting + count - self.max_queue),
+        )
 
     def _load(self) -> Load:
         """Under the lock: what a request queued now would find (lanes' progress, requests ahead of it). One
@@ -520,7 +586,7 @@ class Engine:
         idle = next((key for key, group in self._groups.items() if not group.busy), None)
         if idle is None:
             return False
-        del self._groups[idle]
+        self._groups.pop(idle).release_graphs()
         return True
 
     def _call_images(self) -> int:
@@ -550,7 +616,14 @@ class Engine:
 
     def _make_group(self, key: GroupKey, request: Request) -> LaneGroup:
         group = LaneGroup(
-            self.pipe, key, request.sampler, self.lanes, self.prompt_tokens, compile=self.compile
+            self.pipe,
+            key,
+            request.sampler,
+            self.lanes,
+            self.prompt_tokens,
+            compile=self.compile,
+            fallback=self._fallback,
+            budget=self._graphs,
         )
         if key.sampler == ADAPTIVE and key not in self._costs:  # before any lane starts
             started = self.clock()
@@ -580,6 +653,7 @@ class Engine:
         except Exception as error:
             if self._groups.get(group.key) is group:
                 del self._groups[group.key]
+            group.release_graphs()
             held = [request for request in group.requests if request is not None]
             group.requests = [None] * group.lanes
             self.stats.group_failures += 1
@@ -691,7 +765,8 @@ class Engine:
                 width=requests[0].size[1],
                 **key.sampling.kwargs(),
                 output_type="latent",
-                compile=self.compile,
+                # under "auto", the call's own choice (it falls back as the lanes do)
+                compile=self.compile if self._fallback is None else AUTO_COMPILE,
                 callback_on_step_end=on_step if watched else None,
             )
         except Exception as error:
@@ -713,14 +788,16 @@ class Engine:
     def _fail(self, requests: Iterable[Request], error: BaseException, where: str) -> None:
         """Fail `requests` with `DecodeFailed` (from `error`), and log the error once for the operator."""
         requests = [request for request in requests if not request.future.done()]
-        logger.error(
-            "%d request(s) failed: %s (%s: %s)",
-            len(requests),
-            where,
-            type(error).__name__,
-            error,
-            exc_info=error,
-        )
+        unseen = [request for request in requests if not request.raised_to_caller]
+        if unseen:
+            logger.error(
+                "%d request(s) failed: %s (%s: %s)",
+                len(unseen),
+                where,
+                type(error).__name__,
+                error,
+                exc_info=error,
+            )
         failure = DecodeFailed(f"decoding failed: {where} ({type(error).__name__}: {error})")
         failure.__cause__ = error
         self.stats.failed += len(requests)
@@ -733,7 +810,7 @@ class Engine:
         with self._lock:
             held = self._held()
             self._queue, self._taken = collections.deque(), []
-        self._groups.clear()
+        self._clear_groups()
         self._fail(held, error, "the engine's round failed")
 
     def _fail_all(self, reason: BaseException) -> None:
@@ -741,9 +818,14 @@ class Engine:
         with self._lock:
             held = self._held()
             self._queue, self._taken = collections.deque(), []
-        self._groups.clear()
+        self._clear_groups()
         for request in held:
             request.fail(reason)
+
+    def _clear_groups(self) -> None:
+        for group in self._groups.values():
+            group.release_graphs()
+        self._groups.clear()
 
     def _held(self) -> list[Request]:
         """Under the lock: every request the engine holds (waiting, taken by the round, in a lane)."""
@@ -774,3 +856,10 @@ def _render(pipe: BaseARPipeline, request: Request, codes: torch.Tensor) -> Any:
     call: CheckedInputs = request.call
     with torch.no_grad():
         return pipe.render(codes[None].to(pipe._execution_device), call, [request.prompt])[0]
+
+
+@atexit.register
+def _close_running_engines() -> None:
+    """At interpreter exit: close every engine still running (its requests fail as `close` fails them)."""
+    for engine in list(_RUNNING):
+        engine.close()

@@ -6,7 +6,8 @@ a request prefills its prompt in the lane's rows (laid out as a session of its o
 after the prompt), gives the lane the request's random key and starts the stepper there, exactly as
 `pipe(...)` starts an image, while the other lanes keep their state. A step runs on the *bucket* of the first `k` lanes (`k` a
 power of two covering every busy lane), so a lightly loaded engine computes only the lanes it uses; each
-bucket (and, in adaptive mode, each window) is one fixed shape, on CUDA one captured graph.
+bucket (and, in adaptive mode, each window) is one fixed shape, on CUDA one captured graph per attention
+span, kept within the engine's `GraphBudget`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..machine import available_bytes, kv_bytes_per_token
 from ..pipelines.base import BaseARPipeline
 from ..samplers import Decode, DecodeStats, DecodeStatus, DecodeTrace, ImageRandom, Sampler, Stepper
 from ..session import DecodingSession, Prefix
-from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
+from ..session.capture import CAPTURED_MODES, CudaGraphRunner, EagerFallback, GraphBudget, step_decoder
 from .requests import GroupKey, Request
 
 
@@ -63,6 +64,8 @@ class LaneGroup:
         prompt_tokens: int,
         *,
         compile: str = "none",
+        fallback: EagerFallback | None = None,
+        budget: GraphBudget | None = None,
     ):
         self.pipe, self.key, self.sampler, self.lanes = pipe, key, sampler, lanes
         self.prompt_tokens = prompt_tokens
@@ -81,7 +84,7 @@ class LaneGroup:
             key.sampling.guidance_scale if self.guided else None,
             codebook=pipe.image_tokenizer.codebook(),
             noise=pipe.noise_conditioning,
-            decoder=pipe.compiled_decoder() if compile in COMPILED_MODES else None,
+            decoder=step_decoder(pipe.compiled_decoder, compile, fallback),
         )
         policy = key.sampling.policy()
         random = ImageRandom.from_keys(torch.zeros(lanes, dtype=torch.long), device)
@@ -91,6 +94,7 @@ class LaneGroup:
         self.lane_views = [self._view(i, i + 1) for i in range(lanes)]
         self.bucket_views = {size: self._view(0, size) for size in buckets(lanes)}
         self.cuda_graphs = compile in CAPTURED_MODES
+        self.fallback, self.budget = fallback, budget
         self.runners: dict[tuple[int, int | None], CudaGraphRunner] = {}  # by (bucket, adaptive window)
         self.requests: list[Request | None] = [None] * lanes
         self.started = [0.0] * lanes
@@ -141,9 +145,16 @@ class LaneGroup:
             # the adaptive mode's window changes the step's shapes; a sampler's is fixed
             shape = (size, window)
             if shape not in self.runners:  # made before `advance` reserves: it sets the span sizes captured
-                self.runners[shape] = CudaGraphRunner(decode.session)
+                self.runners[shape] = CudaGraphRunner(
+                    decode.session, fallback=self.fallback, budget=self.budget
+                )
             decode.trace.runner = self.runners[shape]
         decode.advance(stepper)
+
+    def release_graphs(self) -> None:
+        """Free the group's captured graphs (it is being dropped)."""
+        for runner in self.runners.values():
+            runner.drop_all()
 
     def status(self) -> DecodeStatus:
         """One read of the device: which lanes are done, how far each is; raises session misuse."""

@@ -98,6 +98,7 @@ class Request:
     deadline: float | None = None  # the engine's clock after which the request is cancelled
     started: float | None = None  # the engine's clock when its decode started
     withdraw: Callable[[Request], None] | None = None  # takes a cancelled request out of its queue at once
+    raised_to_caller: bool = False  # its failure is raised to its caller (a warm-up's): the engine logs none
     id: int = field(default_factory=lambda: next(_ids))
     submitted: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)

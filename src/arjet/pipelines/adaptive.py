@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import samplers as sampler_registry
+from ..limits import AUTO_COMPILE
 from ..samplers import SamplingOptions
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def choose_window(pipe: Any, call: CheckedInputs) -> CheckedInputs:
             height=call.size[0],
             width=call.size[1],
             **call.sampling.kwargs(),
-            compile=call.compile,
+            compile=AUTO_COMPILE if call.fallback is not None else call.compile,  # falls back as the call
             threads=call.threads,
         )
         window = batch_cost(runs, call.batch_size).choose(call.batch_size, call.batch_size)

@@ -20,7 +20,7 @@ from diffusers import DiffusionPipeline
 
 from ..samplers import Decode, DecodeStats, DecodeTrace, ImageRandom, Interrupted, StopFlag
 from ..session import DecodingSession, Prefix
-from ..session.capture import CAPTURED_MODES, COMPILED_MODES, CudaGraphRunner
+from ..session.capture import CAPTURED_MODES, CudaGraphRunner, step_decoder
 from .inputs import CheckedInputs
 
 
@@ -49,7 +49,7 @@ def sample_codes(
     progress = pipe.progress_bar(total=batch * sum(h * w for h, w in grids))
     hook = StepHook(pipe, progress, call.callback, call.tensor_inputs)
     pipe._stop = stop = StopFlag()  # `pipe._interrupt = True` (in a callback, say) sets it
-    decoder = pipe.compiled_decoder() if call.compile in COMPILED_MODES else None
+    decoder = step_decoder(pipe.compiled_decoder, call.compile, call.fallback)
     traces: list[DecodeTrace] = []
     runners: list[CudaGraphRunner] = []
     try:
@@ -68,7 +68,8 @@ def sample_codes(
                 drafter=pipe.drafter,
                 decoder=decoder,
             )
-            runner = CudaGraphRunner(session) if call.compile in CAPTURED_MODES else None
+            captured = call.compile in CAPTURED_MODES
+            runner = CudaGraphRunner(session, fallback=call.fallback) if captured else None
             trace = DecodeTrace(
                 session,
                 hook if call.callback is not None else None,

@@ -30,11 +30,11 @@ from .. import checks
 from .. import samplers as sampler_registry
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
-from ..limits import DEFAULT_LIMITS, MAX_THREADS, Limits
+from ..limits import AUTO_COMPILE, DEFAULT_LIMITS, MAX_THREADS, Limits
 from ..machine import text_config
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, StopFlag, requirements
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
-from ..session.capture import compile_mode
+from ..session.capture import EagerFallback, compile_mode
 from ..session.session import default_decoder
 from ..vq.base import ImageTokenizer
 from .adaptive import ADAPTIVE, choose_window, is_adaptive, widest_spec
@@ -102,6 +102,7 @@ class BaseARPipeline(DiffusionPipeline):
     drafter: Drafter | None = None  # an optional component (EAGLE / LANTERN's drafter head)
     _stop: StopFlag | None = None  # the running call's stop flag (`interrupt`), made anew by each call
     _compiled: CompiledDecoder | None = None  # the decoder under torch.compile, made on first use
+    _eager_fallback: EagerFallback | None = None  # see `eager_fallback`
     _adaptive_windows: dict | None = None  # sampler="adaptive": the window per call shape (`adaptive.py`)
     _limits: Limits = DEFAULT_LIMITS  # `limits`, checked when set
     call_frames: ClassVar[int] = 0  # calls a family's own `__call__` adds before this one (for warnings)
@@ -319,11 +320,14 @@ class BaseARPipeline(DiffusionPipeline):
         the CPU, unless `torch.set_num_threads` chose them; see `arjet.pipelines.threads`). The process's own
         count is restored when the call ends. Codes can differ in floating-point rounding between counts.
 
-        `compile`: how each fixed-shape decode step runs. False (default): eagerly. "cuda-graphs" (CUDA only):
-        each step is captured once per attention span and replayed. "inductor": the decoder's layers run
-        through `torch.compile` (slow the first time for each shape). "inductor-graphs" (CUDA only): both, the
-        compiled layers inside the captured steps. True picks "cuda-graphs" on a CUDA device, else
-        "inductor". Codes are the same as eager up to floating-point rounding.
+        `compile`: how each fixed-shape decode step runs. "auto" (default): "cuda-graphs" on a CUDA device,
+        eagerly on the CPU (faster there); if capturing or replaying fails, the pipeline warns once and decodes
+        eagerly from then on. False: eagerly. "cuda-graphs" (CUDA only): each step is captured once per
+        attention span and replayed. "inductor": the decoder's layers run through `torch.compile` (slow the
+        first time for each shape). "inductor-graphs" (CUDA only): both, the compiled layers inside the
+        captured steps (what an engine's "auto" picks: it lives long enough to earn the compile). True picks
+        "cuda-graphs" on a CUDA device, else "inductor". An explicit mode that fails raises. Codes are the
+        same as eager up to floating-point rounding (bit for bit in float32).
 
         `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step;
         `tensors` holds copies of the allowlisted tensors named in `callback_on_step_end_tensor_inputs`
@@ -385,6 +389,14 @@ class BaseARPipeline(DiffusionPipeline):
         if self._compiled is None:
             self._compiled = CompiledDecoder(default_decoder(self.session_adapter()))
         return self._compiled
+
+    @property
+    def eager_fallback(self) -> EagerFallback:
+        """Whether `compile="auto"` fell back to eager steps on this pipeline, and why (`failure`): shared by
+        its calls and its engines, made on first use."""
+        if self._eager_fallback is None:
+            self._eager_fallback = EagerFallback()
+        return self._eager_fallback
 
     @property
     def interrupt(self) -> bool:
@@ -467,7 +479,8 @@ class BaseARPipeline(DiffusionPipeline):
             raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {inputs.output_type!r}")
         threads = checks.optional_integer("threads", inputs.threads, 1, MAX_THREADS)
         checks.boolean("return_dict", inputs.return_dict)
-        mode = compile_mode(inputs.compile, self._execution_device)
+        fallback = self.eager_fallback if inputs.compile == AUTO_COMPILE else None
+        mode = compile_mode(inputs.compile, self._execution_device, fallback=fallback)
         callback = inputs.callback_on_step_end
         if callback is not None and not callable(callback):
             raise ValueError(f"callback_on_step_end must be callable, got {callback!r}")
@@ -493,6 +506,7 @@ class BaseARPipeline(DiffusionPipeline):
             compile=mode,
             threads=threads,
             size=size,
+            fallback=fallback if mode != "none" else None,
         )
 
     def image_size(self, height: Any, width: Any, aspect_ratio: Any) -> tuple[int, int]:

@@ -18,7 +18,9 @@ from typing import Any
 import torch
 
 from .. import checks
+from ..limits import AUTO_COMPILE
 from ..samplers import LogitsPolicy, Sampler, SamplingOptions
+from ..session.capture import EagerFallback
 
 OUTPUT_TYPES = ("pil", "np", "pt", "latent")  # `GenerationInputs` says what each returns
 # diffusers' arguments that have no meaning for an AR pipeline, and what to use instead
@@ -49,8 +51,8 @@ class GenerationInputs:
     `return_dict`: an `ARPipelineOutput`, else the tuple `(images, codes, stats)`.
     `callback_on_step_end(pipe, step, forward_passes, tensors)` runs after every sampler step with copies of
     the tensors named in `callback_on_step_end_tensor_inputs` (default `["codes"]`). `compile`: how each
-    fixed-shape decode step runs: False (eagerly), "cuda-graphs", "inductor", "inductor-graphs" or True (see
-    `BaseARPipeline.__call__`).
+    fixed-shape decode step runs: "auto" (default: captured on a GPU, eager on the CPU), False (eagerly),
+    "cuda-graphs", "inductor", "inductor-graphs" or True (see `BaseARPipeline.__call__`).
 
     `output_type`, what `images` holds for `N` images of `h x w` pixels:
 
@@ -79,7 +81,7 @@ class GenerationInputs:
     return_dict: bool = True
     callback_on_step_end: Callable[..., dict[str, Any] | None] | None = None
     callback_on_step_end_tensor_inputs: list[str] | None = None
-    compile: bool | str = False
+    compile: bool | str = AUTO_COMPILE
     threads: int | None = None
 
     @classmethod
@@ -148,12 +150,15 @@ class CheckedInputs:
     return_dict: bool
     callback: Callable[..., dict[str, Any] | None] | None
     tensor_inputs: list[str]
-    compile: str  # one of `arjet.session.capture.COMPILE_MODES`
+    compile: str  # one of `arjet.session.capture.COMPILE_MODES` ("auto" resolved)
     stage_options: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # a family's later stage's (a DiT's)
     threads: int | None = None  # torch's CPU threads for the call; None: chosen by `arjet.pipelines.threads`
     size: tuple[int, int] | None = None  # (height, width) in pixels, as asked for or defaulted
+    # where "auto" chose to capture or compile: the pipeline's switch to eager steps if that fails (else None:
+    # a failure raises)
+    fallback: EagerFallback | None = None
 
     @property
     def guidance_scale(self) -> float:

@@ -5,7 +5,7 @@ init=repeat_vertical")` passes options, typed and range-checked by the sampler's
 (`options("sjd")`); a sampler object (`SJD(window=32)`) can be passed anywhere a name can.
 
 Where things are (`docs/architecture.md` has the table): one file per method (`ar.py`, `sjd.py`, `mc_sjd.py`,
-`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`; the relaxed acceptance rules `lantern.py`,
+`sjd_pac.py`, `eagle.py`, `eagle2.py`, `sjd2.py`, `zipar.py`, `pjd.py`; the relaxed acceptance rules `lantern.py`,
 `gsd.py`, `entropy.py`, `cool_sd.py`), the pieces they share in `jacobi.py` (drafts, acceptance rules, verify,
 resample, redraft, couple, initial guesses), the contract in `base.py` (what a sampler declares) and
 `decode.py` (what `run(decode)` receives: the policy, the random streams, the trace and the loop), options in
@@ -43,6 +43,7 @@ from .jacobi import INIT_SCHEMES, AcceptanceRule, Exact, RuleContext
 from .lantern import BOUNDS, Lantern
 from .mc_sjd import MCSJD
 from .options import MAX_SIZE, Option, option, options_of, parse_options
+from .pjd import PJD
 from .registry import available, get, label, options, register
 from .sjd import SJD
 from .sjd2 import SJD2
@@ -55,6 +56,7 @@ __all__ = [
     "INIT_SCHEMES",
     "MAX_SIZE",
     "MCSJD",
+    "PJD",
     "SCHEDULES",
     "SJD",
     "SJD2",

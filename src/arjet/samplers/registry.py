@@ -39,6 +39,7 @@ from .jacobi import RuleSampler
 from .lantern import DRAFTER, FORMS, Form, Lantern, refusal
 from .mc_sjd import MCSJD
 from .options import Option, options_of, parse_options
+from .pjd import PJD
 from .sjd import SJD
 from .sjd2 import SJD2
 from .sjd_pac import SJDPAC
@@ -128,6 +129,7 @@ METHODS: dict[str, type[Sampler]] = {
     "zipar": ZipAR,
     "eagle": Eagle,
     "eagle2": Eagle2,
+    "pjd": PJD,
 }
 
 
@@ -269,7 +271,7 @@ def _form(name: str, form: Form) -> Entry:
 ALIASES = {"zipar+lantern": "zipar+sjd+lantern", "gsd": "sjd+gsd", "cool-sd": "eagle+cool-sd"}
 _REGISTRY.update(
     {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
-    | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd")}
+    | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd", "pjd")}
     | {name: _form(name, form) for name, form in FORMS.items()}
     | {name: _composite(_chain(spec)) for name, spec in ALIASES.items()}
 )

@@ -79,6 +79,7 @@ from .jacobi import (
     Drafts,
     RuleContext,
     Uniforms,
+    Verdict,
     guess,
     redraft,
     resample,
@@ -113,6 +114,11 @@ class ZipAR(Sampler):
     def validate(self) -> None:
         if self.verify is not None and not isinstance(self.verify, SJD):
             raise ValueError(f"verify must be an SJD sampler or None, got {self.verify!r}")
+        if self.verify is not None and (self.verify.reuse is not None or self.verify.coupling == "gumbel"):
+            raise ValueError(
+                f"zipar's rows re-draft independently or with the maximal coupling only; got the verifier "
+                f"{self.verify!r} (SJD++'s reuse and the Gumbel coupling run on sjd / mc-sjd windows)"
+            )
         super().validate()
 
     @property
@@ -132,13 +138,7 @@ class ZipAR(Sampler):
         and from `w = W + 1` on (`W` with the llamagen schedule) it is raster order."""
         super().check_grid(grid, max_window, vocab_size=vocab_size)
         if self.verify is not None:
-            width, widest = grid[1], max(grid[1], type(self.verify).window)
-            if self.verify.window > widest:
-                raise ValueError(
-                    f"window={self.verify.window} is wider than the {width} codes of a row of this "
-                    f"{grid[0]}x{grid[1]} grid, and {self.name} advances each row by at most its width, with "
-                    f"up to {grid[0]} rows in one forward; use window <= {widest}"
-                )
+            check_row_window(self.name, self.verify.window, type(self.verify).window, grid)
 
     def lead(self, width: int) -> int:
         """The lead `w`, or the scripts' default for a grid `width` codes wide."""
@@ -208,7 +208,8 @@ class RowStepper(Stepper):
     Rows run in `A` row slots (row `r` in slot `r % A`), enough for every row plain ZipAR keeps running at
     once (`ceil(W / lag) + 1`); a row starts only when its slot's previous row is complete and flushed, which
     keeps every forward at `A x (L + 1)` queries. Each row advances by `verify`'s SJD window (a window of one,
-    no drafts, for plain ZipAR)."""
+    no drafts, for plain ZipAR). A method on these rows (`pjd`) changes what `window_cells`, `settle` and
+    `draft_next` decide for each row; the rest of the step is this one."""
 
     def __init__(self, rows: Rows, verify: SJD, decode: Decode):
         self.decode, self.verify = decode, verify
@@ -274,13 +275,13 @@ class RowStepper(Stepper):
         batch, vocab = self.n.shape[0], session.vocab_size  # B, V
         end = self.slot_end  # [B, A]
         active = self.n < end  # [B, A]
-        length = torch.where(active, (end - self.n).clamp(max=window), 0)  # [B, A] window cells in the row
+        length = self.window_cells(active, end)  # [B, A] window cells each row decodes
 
         # 1. rows' windows, placeholders and flushes: each running row feeds the code of cell n - 1 (a
         #    placeholder, the latest code of the row above, while that cell is not decoded yet), then its
         #    drafts; a complete row whose last code the row below has not seen feeds it as one more query
         previous_code = trace.codes.gather(1, (self.n - 1).clamp(min=0))  # [B, A]
-        placeholder = active & (self.n > 0) & (previous_code < 0)  # [B, A]
+        placeholder = (length > 0) & (self.n > 0) & (previous_code < 0)  # [B, A]
         last = torch.where(placeholder, self._latest_code_above(), previous_code)  # [B, A]
         flush = self._needs_flush() & ~trace.done[:, None]  # [B, A]
         position_cells = self.n[..., None] + positions  # [B, A, L]
@@ -326,8 +327,8 @@ class RowStepper(Stepper):
         )
 
         # 5. resample: the first rejected position from norm(max(0, t - q)), else a bonus code from p
-        advanced, committed, codes = resample(
-            p, self.drafts.codes, valid=in_row, verdict=verdict, u_draw=u_draw
+        advanced, committed, codes = self.settle(
+            p, verdict, valid=in_row, active=active, u_draw=u_draw
         )  # [B, A], [B, A, L], [B, A, L]
 
         # 6. commit: the inputs that fed committed cells (not a placeholder) and the flushes to the cache, and
@@ -347,16 +348,51 @@ class RowStepper(Stepper):
         newly = self._start_row()  # [B, A]
         if not slots:  # plain ZipAR: no drafts
             return
-        next_drafts, next_proposals, carried = redraft(
+        next_drafts, next_proposals, carried = self.draft_next(
+            p, verdict, advanced=advanced, uniforms=Uniforms(u_accept, u_draw, u_couple), length=length
+        )  # [B, A, S], [B, A, S, V], [B, A, S]
+        self.drafts.replace(next_drafts, next_proposals)
+        self._guess(newly, (length > 0)[..., None] & ~carried, u_guess)
+
+    # -- what a method on these rows may change ------------------------------------------------------
+    def window_cells(self, active: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+        """`[B, A]` the cells each row's window covers this step (0: the row feeds nothing): up to `L`, within
+        the row, for every running row (`active [B, A]`, rows ending at `end [B, A]`)."""
+        return torch.where(active, (end - self.n).clamp(max=self.window), 0)
+
+    def settle(
+        self,
+        p: torch.Tensor,
+        verdict: Verdict,
+        *,
+        valid: torch.Tensor,
+        active: torch.Tensor,
+        u_draw: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(advanced [B, A], committed [B, A, L], codes [B, A, L])` after `verdict`: every row resamples its
+        first rejected position, or takes the bonus code (`jacobi.resample`); `active [B, A]`: running rows."""
+        return resample(p, self.drafts.codes, valid=valid, verdict=verdict, u_draw=u_draw)
+
+    def draft_next(
+        self,
+        p: torch.Tensor,
+        verdict: Verdict,
+        *,
+        advanced: torch.Tensor,
+        uniforms: Uniforms,
+        length: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(codes [B, A, S], proposals [B, A, S, V], carried [B, A, S])`: every position past a row's
+        `advanced` cells gives the next draft of its cell (`jacobi.redraft`, coupled when the verifier
+        couples), up to the row's `length` window cells."""
+        return redraft(
             p,
             self.drafts,
             advanced=advanced,
-            uniforms=Uniforms(u_accept, u_draw, u_couple),
-            coupling=verifier.coupling,
+            uniforms=uniforms,
+            coupling=self.verify.coupling,
             carry_limit=length,
-        )  # [B, A, S], [B, A, S, V], [B, A, S]
-        self.drafts.replace(next_drafts, next_proposals)
-        self._guess(newly, active[..., None] & ~carried, u_guess)
+        )
 
     # -- rows and drafts -----------------------------------------------------------------------------
     def _start_row(self) -> torch.Tensor:
@@ -416,6 +452,18 @@ class RowStepper(Stepper):
         values = codes.gather(1, cells.flatten(1)).view_as(cells)
         latest = ((values >= 0) * (columns + 1)).argmax(-1, keepdim=True)
         return values.gather(-1, latest).squeeze(-1).clamp(min=0)
+
+
+def check_row_window(sampler: str, window: int, default: int, grid: tuple[int, int]) -> None:
+    """Refuse a window wider than a row of `grid` (or than the `default` window, on a narrower grid): a
+    sampler that advances each row by its own window (up to `H` rows in one forward) never uses more."""
+    width, widest = grid[1], max(grid[1], default)
+    if window > widest:
+        raise ValueError(
+            f"window={window} is wider than the {width} codes of a row of this {grid[0]}x{grid[1]} grid, and "
+            f"{sampler} advances each row by at most its width, with up to {grid[0]} rows in one forward; use "
+            f"window <= {widest}"
+        )
 
 
 def row_slots(rows: int, width: int, lag: int) -> int:

@@ -7,9 +7,11 @@ server's: a request that does not fit, or that the engine expects to take longer
 images ahead of it over the throughput it measures, plus its own decode), is answered 429 at once with a
 `Retry-After` from that estimate; one that still runs past the time limit 504; a client that disconnects has
 its images cancelled, which frees their lanes at the next step. `GET /health` reports each engine's state,
-refusals and estimates (503 when an engine has stopped). Errors are OpenAI-style JSON (`{"error": {"message",
+refusals, estimates and steps (their mode, captured graphs, replays and graph memory; 503 when an engine has
+stopped). Errors are OpenAI-style JSON (`{"error": {"message",
 "type", "param", "code"}}`): 400 for bad input (naming the field), 413 for a body over `MAX_BODY_BYTES`, 401
-without the API key when one is set, 500 when a decode failed, 503 when an engine takes no more work.
+without the API key when one is set, 500 when the served model failed (its decode, or the rendering of its
+codes: the error's message, never its traceback), 503 when an engine takes no more work.
 
 Request fields: OpenAI's `model`, `prompt`, `n`, `size` (`"WxH"` or `"auto"`), `response_format`
 (`"b64_json"`; arjet keeps no files to link to), `user` (ignored); arjet's `sampler`, `seed`,
@@ -25,6 +27,7 @@ import io
 import json
 import logging
 import math
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -46,6 +49,8 @@ ARJET_FIELDS = {"sampler", "seed", *SamplingOptions.names()}
 INTEGER_FIELDS = {"top_k"}  # of the sampling options, those JSON must give as integers (the rest: numbers)
 MAX_BODY_BYTES = 1 << 20  # a request body is a few hundred bytes; anything near this is not a real one
 SHOWN_FIELDS = 5  # unknown fields an error names (the rest are counted)
+MAX_SHOWN_CHARS = 1000  # of a server-side error's message in a 500's body
+FOLDERS = re.compile(r"(?<![\w.~/])/(?:[^\s/'\"]+/)+")  # the folders of an absolute path, "/" to the last "/"
 
 
 class ApiError(Exception):
@@ -273,9 +278,13 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
         finally:
             for item in submitted:
                 item.cancel()  # a no-op for finished ones; frees the lanes of the rest
-        images = await asyncio.to_thread(
-            _encode, results
-        )  # rendered off the event loop and the decode thread
+        try:  # rendered off the event loop and the decode thread
+            images = await asyncio.to_thread(_encode, results)
+        except (
+            Exception
+        ) as error:  # the served model's fault (a VQ decoder that overflows), not the request's
+            logger.error("rendering %d image(s) failed", len(results), exc_info=error)
+            raise _model_fault("the images could not be rendered from their codes", error, api_key) from None
         stats = [
             {
                 "seed": parsed.seed + i,
@@ -294,7 +303,8 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
 
 
 def _health(engine: Engine) -> dict[str, Any]:
-    """One engine's state, load, refusals and estimates (seconds and images per second; null: not yet)."""
+    """One engine's state, load, refusals, estimates (seconds and images per second; null: not yet) and how its
+    steps run (`Engine.graph_counts`)."""
     stats, estimate = engine.stats, engine.estimate()
     return {
         "state": engine.state,
@@ -308,6 +318,7 @@ def _health(engine: Engine) -> dict[str, Any]:
         "throughput": estimate.throughput,
         "latency_seconds": estimate.latency,
         "expected_wait_seconds": estimate.expected_wait,
+        "steps": engine.graph_counts(),
     }
 
 
@@ -371,6 +382,18 @@ async def _wait(request: Request, submitted: list) -> list[EngineResult]:
         raise ApiError(500, str(error), "server_error") from None
     except EngineStopped as error:
         raise ApiError(503, f"this model's engine stopped ({error})", "server_error") from None
+
+
+def _model_fault(what: str, error: Exception, api_key: str | None) -> ApiError:
+    """A 500 that says what failed and why: the error's own message on one line, without the folders of any
+    absolute path or the API key (the traceback stays in the server's log)."""
+    said = " ".join(str(error).split())
+    if api_key:
+        said = said.replace(api_key, "[API key]")
+    said = FOLDERS.sub(".../", said)
+    if len(said) > MAX_SHOWN_CHARS:
+        said = said[: MAX_SHOWN_CHARS - 3] + "..."
+    return ApiError(500, f"{what} ({type(error).__name__}: {said})", "server_error")
 
 
 def _encode(results: list[EngineResult]) -> list[str]:

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..machine import available_bytes
 from .cache import SlotCache
 
 
@@ -115,9 +116,13 @@ class CompiledDecoder:
 
 
 PACK_LIMIT_BYTES = 1 << 30  # CPU: repack a stack's weights for oneDNN when they take at most this much
-# `_packed`'s copies by the id of their first weight: (that weight, weakly; the ids and versions of the
-# weights packed; the packed copy). An entry goes when its first weight is freed.
-_PACKED: dict[int, tuple[weakref.ref, tuple[tuple[int, int], ...], torch.Tensor]] = {}
+# CUDA: stack q/k/v and gate/up into one weight each when the copies take at most this share of the free
+# device memory (one matrix product instead of three and two: fewer, larger kernels per layer)
+STACK_LIMIT_SHARE = 0.25
+# `_packed`'s copies by the id of their first weight: (that weight, weakly; what was packed: oneDNN or a
+# plain stack, the device, dtype, ids and versions of the weights; the copy). An entry goes when its first
+# weight is freed.
+_PACKED: dict[int, tuple[weakref.ref, tuple, torch.Tensor]] = {}
 
 
 @dataclass
@@ -138,34 +143,40 @@ class _Projection:
 
 @dataclass
 class _FusedProjection:
-    """Linear layers that read the same input (q, k, v; gate, up) as one matrix product over their stacked,
-    oneDNN-packed weights on the CPU (one call instead of several: on a small model the calls, not the
-    arithmetic, are the cost); without a packed copy, or with gradients on, each part runs on its own."""
+    """Linear layers that read the same input (q, k, v; gate, up) as one matrix product over their stacked
+    weights: oneDNN-packed on the CPU (`packed`: on a small model the calls, not the arithmetic, are the
+    cost), a plain stacked copy on CUDA (`stacked`: one kernel instead of several, each reading more at
+    once); without either, or with gradients on, each part runs on its own."""
 
     parts: tuple[_Projection, ...]
     sizes: tuple[int, ...]
     bias: torch.Tensor | None = None
     packed: torch.Tensor | None = None
+    stacked: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.packed is not None and not torch.is_grad_enabled():
             out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
             return out.split(self.sizes, -1)
+        if self.stacked is not None and not torch.is_grad_enabled():
+            return F.linear(x, self.stacked, self.bias).split(self.sizes, -1)
         if len(self.parts) == 1:  # one layer holding the parts already (GLM's `gate_up_proj`)
             return self.parts[0](x).split(self.sizes, -1)
         return tuple(part(x) for part in self.parts)
 
 
-def _packed(*weights: torch.Tensor) -> torch.Tensor:
-    """The oneDNN copy of `weights` stacked along the output dimension, kept in `_PACKED` under the first
-    weight until that weight is freed, and made again when any of the weights has changed since."""
-    first, key = weights[0], tuple((id(w), w._version) for w in weights)
+def _packed(*weights: torch.Tensor, onednn: bool = True) -> torch.Tensor:
+    """The copy of `weights` stacked along the output dimension (`onednn`: reordered for oneDNN, on the CPU),
+    kept in `_PACKED` under the first weight until that weight is freed, and made again when any of the
+    weights has changed since (or moved to another device or dtype)."""
+    first = weights[0]
+    key = (onednn, first.device, first.dtype, tuple((id(w), w._version) for w in weights))
     hit = _PACKED.get(id(first))
     if hit is not None and hit[0]() is first and hit[1] == key:
         return hit[2]
     with torch.no_grad():
         stacked = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else first.detach()
-        packed = torch.ops.mkldnn._reorder_linear_weight(stacked, 2)
+        packed = torch.ops.mkldnn._reorder_linear_weight(stacked, 2) if onednn else stacked
     _PACKED[id(first)] = (weakref.ref(first, functools.partial(_forget_packed, id(first))), key, packed)
     return packed
 
@@ -183,6 +194,16 @@ def _can_pack(weights: list[torch.Tensor]) -> bool:
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and sum(w.numel() * w.element_size() for w in weights) <= PACK_LIMIT_BYTES
     )
+
+
+def _can_stack(weights: list[torch.Tensor]) -> bool:
+    """Whether stacked copies of `weights` (CUDA) fit in `STACK_LIMIT_SHARE` of the free device memory."""
+    first = weights[0]
+    if first.device.type != "cuda":
+        return False
+    free = available_bytes(first.device)
+    copies = sum(w.numel() * w.element_size() for w in weights)
+    return free is not None and copies <= STACK_LIMIT_SHARE * free
 
 
 @dataclass
@@ -273,20 +294,26 @@ class LlamaStackDecoder:
             for layer in backbone.layers
         ]
         pack = _can_pack([linear.weight for group in linears for linear in group])
+        # the weights a stack copies: q, k, v and the MLP's gate and up (GLM holds those two as one already)
+        fused = [w.weight for group in linears for w in (*group[:3], *(() if fused_mlp else group[4:-1]))]
+        stack = not pack and _can_stack(fused)
         self.layers = [
-            self._layer(layer, group, pack, qk_norm)
+            self._layer(layer, group, pack, qk_norm, stack)
             for layer, group in zip(backbone.layers, linears, strict=True)
         ]
         self.norm = backbone.norm if final_norm else None
 
-    def _layer(self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool) -> _Layer:
+    def _layer(
+        self, layer: nn.Module, linears: tuple[nn.Linear, ...], pack: bool, qk_norm: bool, stack: bool
+    ) -> _Layer:
+        """`pack`: oneDNN copies of the weights (CPU); `stack`: stacked copies of q/k/v and gate/up (CUDA)."""
         attention = layer.self_attn
         (q, k, v, o, *gate_up, down) = linears
         if len(gate_up) == 1:
             half = gate_up[0].out_features // 2
             gate_up_projection = _fused(tuple(gate_up), pack, sizes=(half, half))
         else:
-            gate_up_projection = _fused(tuple(gate_up), pack)
+            gate_up_projection = _fused(tuple(gate_up), pack, stack=stack)
         unnormed = self.swin_norm or isinstance(layer.input_layernorm, nn.Identity)
         pre_attention = None if unnormed else layer.input_layernorm
         pre_mlp = None if self.swin_norm else layer.post_attention_layernorm
@@ -298,7 +325,7 @@ class LlamaStackDecoder:
             post_attention = post_mlp = None
         return _Layer(
             attention_norm=pre_attention,
-            qkv=_fused((q, k, v), pack),
+            qkv=_fused((q, k, v), pack, stack=stack),
             o=_projection(o, pack),
             q_norm=attention.q_norm if qk_norm else None,
             k_norm=attention.k_norm if qk_norm else None,
@@ -444,16 +471,24 @@ def _projection(linear: nn.Linear, pack: bool) -> _Projection:
 
 
 def _fused(
-    linears: tuple[nn.Linear, ...], pack: bool, sizes: tuple[int, ...] | None = None
+    linears: tuple[nn.Linear, ...],
+    pack: bool,
+    sizes: tuple[int, ...] | None = None,
+    *,
+    stack: bool = False,
 ) -> _FusedProjection:
-    """`linears` as one projection; `sizes` splits the output of a single layer that holds several parts."""
+    """`linears` as one projection over a oneDNN copy of their weights (`pack`) or a plain stacked one
+    (`stack`); `sizes` splits the output of a single layer that holds several parts."""
     parts = tuple(_projection(linear, pack=False) for linear in linears)
     sizes = sizes or tuple(linear.out_features for linear in linears)
     biases = [linear.bias for linear in linears]
-    if not pack or any((b is None) != (biases[0] is None) for b in biases):
+    if not (pack or stack) or any((b is None) != (biases[0] is None) for b in biases):
         return _FusedProjection(parts, sizes)
     bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-    return _FusedProjection(parts, sizes, bias, _packed(*(linear.weight for linear in linears)))
+    weights = _packed(*(linear.weight for linear in linears), onednn=pack)
+    if pack:
+        return _FusedProjection(parts, sizes, bias, packed=weights)
+    return _FusedProjection(parts, sizes, bias, stacked=weights)
 
 
 def fast_linear(linear: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -259,7 +259,8 @@ def _capture_per_call(records: list[dict[str, Any]]) -> dict[str, dict[str, floa
         calls.setdefault(spec, set()).add(record["call"])
         sums = totals.setdefault(spec, dict.fromkeys(CAPTURE_KEYS, 0.0))
         for key in CAPTURE_KEYS:
-            sums[key] += record[key] / record["call_images"]  # the call's figure, shared over its images
+            # the call's figure, shared over its images (graph memory: absent from records made before it)
+            sums[key] += record.get(key, 0) / record["call_images"]
     per_call = {}
     for spec, sums in totals.items():
         timed = sums["graph_replays"] - sums["graph_captures"]
