@@ -61,7 +61,7 @@ def test_samplers_lists_names_options_and_needs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == samplers.available()
     sjd = next(line for line in lines if line.startswith("sjd "))
-    assert "window=16 (int 1..16384)" in sjd and "acceptance=exact (exact | lantern)" in sjd
+    assert "window=16 (int 1..16384)" in sjd and "acceptance=exact (exact | lantern | gsd | entropy)" in sjd
     assert next(line for line in lines if line.startswith("sjd2 ")).endswith("needs noise_conditioning")
     assert next(line for line in lines if line.startswith("lantern ")).endswith("needs codebook")
     assert main(["samplers", "zipar"]) == 0
