@@ -90,7 +90,10 @@ def test_generate_prints_a_summary_without_json(saved, tmp_path, capsys):
         ),
         (["--sampler", "sjd:init=nope"], "init must be one of random, repeat_horizontal"),
         (["--sampler", "sjd:coupling=maybe"], "coupling must be true or false, got 'maybe'"),
-        (["--sampler", "sjd:acceptance=foo"], "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'"),
+        (
+            ["--sampler", "sjd:acceptance=foo"],
+            "acceptance must be one of exact, lantern, gsd, entropy; got 'foo'",
+        ),
         (["--sampler", "sjd:window=16,window=32"], "option window is given twice"),
         (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got 'inf'"),
         (["--temperature", "1e-45"], "temperature=1e-45 scales the logits by 1e+45, which overflows float32"),
