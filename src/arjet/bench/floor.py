@@ -22,6 +22,7 @@ from transformers import LlamaConfig, LlamaModel
 
 from .. import checks, machine
 from ..presets.meta import materialize_random_, parameters_on_meta
+from ..session.capture import capture_graph, warm_on_a_side_stream
 from ..session.decoder import LlamaStackDecoder
 
 CUDA_COPY_BYTES = 1 << 30  # 1 GiB per buffer: far past every cache, so the copy runs at memory speed
@@ -148,7 +149,8 @@ def decoder_graph_floor(
 ) -> list[GraphFloor]:
     """The achievable cost of one decoding forward at these shapes on this GPU: arjet's decoder stack
     (`random_decoder`) over a static cache of `cache` slots with `filled` of them visible, and a code head of
-    `head_rows` rows, run eagerly and captured in one CUDA graph, for each query width. `batch` 2 is one image
+    `head_rows` rows, run eagerly and captured in one CUDA graph as decode steps are (`session.capture`), for
+    each query width. `batch` 2 is one image
     with CFG. What a decode step costs beyond the graph figure is the sampler's own work around the forward
     (`../shared/perf/graph_floor.py` measures a hand-written decoder of hand-picked shapes)."""
     device = torch.device(device)
@@ -178,15 +180,8 @@ def decoder_graph_floor(
             for _ in range(3):
                 run()
             eager = timed(run, max(1, repeats // 5))
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    run()
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
+            warm_on_a_side_stream(run)
+            graph = capture_graph(run)  # the capture every captured decode step goes through
             return GraphFloor(width, eager, timed(graph.replay, repeats))
 
     results = []

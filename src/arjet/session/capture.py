@@ -208,6 +208,24 @@ class GraphBudget:
         }
 
 
+def warm_on_a_side_stream(step: Callable[[], Any]) -> None:
+    """Run `step` once on a side stream, as CUDA graph capture wants its kernels' lazy state initialised off
+    the capturing stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def capture_graph(step: Callable[[], Any], pool: Any = None) -> torch.cuda.CUDAGraph:
+    """`step` recorded (not run) as a CUDA graph, its memory from `pool` (a `graph_pool_handle`, or its own)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        step()
+    return graph
+
+
 class CudaGraphRunner:
     """Runs decode steps eagerly `warmup` times per attention span, then as a captured CUDA graph.
 
@@ -316,19 +334,12 @@ class CudaGraphRunner:
 
     # -- the device's part ---------------------------------------------------------------------------
     def _warm(self, step: Callable[[], None]) -> None:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream().wait_stream(side)
+        warm_on_a_side_stream(step)
 
     def _capture(self, step: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            step()
-        return graph
+        return capture_graph(step, self.pool)
 
     def _replay(self, graph: torch.cuda.CUDAGraph) -> None:
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
