@@ -182,9 +182,13 @@ def _checkpoint(folder: Path) -> Path:
             "names the shard '/etc/passwd', which is not a file inside",
         ),
         (lambda f: _shard_index(f, ["x"]), "names the shard ['x'], which is not a file inside its folder"),
+        (
+            lambda f: _shard_index(f, "fifo.safetensors", os.mkfifo),
+            "'fifo.safetensors', which is not a regular",
+        ),
     ],
     ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip", "shard-climbs"]
-    + ["shard-absolute", "shard-not-a-name"],
+    + ["shard-absolute", "shard-not-a-name", "shard-fifo"],
 )
 def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
     folder = _checkpoint(tmp_path / "model")
@@ -194,12 +198,12 @@ def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_pat
         checks.check_checkpoint_files("--model", folder)
 
 
-def _shard_index(folder: Path, shard) -> None:
-    index = {
-        "metadata": {},
-        "weight_map": {"a.weight": "model-00001-of-00002.safetensors", "b.weight": shard},
-    }
+def _shard_index(folder: Path, shard, make=None) -> None:
+    """An index naming `model.safetensors` (the checkpoint's own file) and `shard`, made by `make` if given."""
+    index = {"metadata": {}, "weight_map": {"a.weight": "model.safetensors", "b.weight": shard}}
     (folder / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
+    if make is not None:
+        make(folder / "model" / shard)
 
 
 def _truncate(path: Path) -> None:

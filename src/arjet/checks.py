@@ -331,6 +331,8 @@ def _check_shard_index(path: Path, index: Any) -> None:
                 f"{path} names the shard {shard!r}, which is not a file inside its folder (a relative name "
                 "without '..' is allowed)"
             )
+        if not (path.parent / shard).is_file():  # a FIFO or a device would block the loader's read
+            raise ValueError(f"{path} names the shard {shard!r}, which is not a regular file beside it")
 
 
 def _check_safetensors_header(path: Path) -> None:
