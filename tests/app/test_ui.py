@@ -199,7 +199,7 @@ def test_option_hints_come_from_the_registry():
     from arjet import samplers
     from arjet.app import ui
 
-    assert ui._option_hint("sjd") == "window=16, init=random, coupling=false, acceptance=exact"
+    assert ui._option_hint("sjd") == "window=16, init=random, coupling=false, reuse=none, acceptance=exact"
     assert ui._option_hint("ar") == "" and all(
         ui._option_hint(name) is not None for name in samplers.available()
     )
@@ -214,7 +214,7 @@ def test_each_model_is_offered_only_the_samplers_it_can_run(builtin_pipe):
         plain
     )  # it has a drafter
     fine_tuned = sampler_choices(arjet.load("shapes-sjd2"))
-    drafted = {"eagle", "eagle2"}
+    drafted = {"eagle", "eagle2", "cool-sd"}
     assert "sjd2" in fine_tuned and not drafted & set(fine_tuned) and set(plain) - drafted < set(fine_tuned)
 
 

@@ -413,7 +413,8 @@ def _longest_path_walk(generator):
             rest = torch.where((last == parent)[:, None], target, rest)
         codes = torch.cat([drafts[:, :depth, None], siblings], 2).gather(2, ranks[..., None])[..., 0]
         on_main = (accepted == depth) & (ranks == 0).all(1)
-        return sjd_pac.Walk(accepted, rejected, rest, ranks, codes, line, on_main)
+        bound = jacobi.Bound.none(accepted)  # the exact rule spends none
+        return sjd_pac.Walk(accepted, rejected, rest, ranks, codes, line, on_main, bound)
 
     return walk
 
