@@ -50,7 +50,7 @@ from typing import ClassVar
 
 import torch
 
-from .jacobi import AcceptanceRule, RuleContext
+from .jacobi import AcceptanceRule, RuleContext, pass_probability
 from .options import option
 
 NU = 0.7  # the paper's decay of the weights along the chain
@@ -101,8 +101,7 @@ class CoolSD(AcceptanceRule):
 
     def acceptance(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
         """`min(1, ω p(y) / q(y)) [..., V]` (1 where `q(y) = 0`: such a code is never drawn)."""
-        ratio = _per_code(_like(self.weight(context), p)) * p / q.clamp(min=torch.finfo(q.dtype).tiny)
-        return torch.where(q > 0, ratio, 1.0).clamp(max=1.0)
+        return pass_probability(_per_code(_like(self.weight(context), p)) * p, q)
 
     def tv_bound(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
         """`[...]`: `sum_y q(y) max(0, a(y) - min(1, p(y) / q(y)))`, one draft's total variation from `p` when

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import torch
 
-from .jacobi import Exact, RelaxedRule, RuleContext, residual
+from .jacobi import RelaxedRule, RuleContext, pass_probability, residual
 from .options import option
 
 TEMPERATURE = (2.5, 3.0, 0.6)  # the paper's T0, alpha, theta: the multiplier T0 * exp(-H / alpha) + theta
@@ -55,7 +55,7 @@ class Entropy(RelaxedRule):
         """`a [..., V]`: `P_u(r > (H / e) (0.5 + (u - 0.5) d))` with `r = min(1, t / q)`, `d = 1 - H / lam`,
         `t` the verified target (`p`, or `p'` with `temperature`)."""
         entropy = self.entropy(p)[..., None]
-        ratio = Exact.acceptance(Exact(), self.verified(p, entropy), q, context)
+        ratio = pass_probability(self.verified(p, entropy), q)
         scale, damping = entropy / self.e, 1 - entropy / self.lam
         tiny = torch.finfo(p.dtype).tiny
         # r > scale * (0.5 + (u - 0.5) * damping)  <=>  (u - 0.5) * damping < r / scale - 0.5
@@ -77,8 +77,7 @@ class Entropy(RelaxedRule):
         """The derived bound against the verified target `t`, `sum_y q(y) |a(y) - min(1, t(y) / q(y))|`, plus
         (with `temperature`) that target's own distance `TV(t, p)` from `p`."""
         target = self.verified(p, self.entropy(p)[..., None])
-        exact = Exact.acceptance(Exact(), target, q, context)
-        bound = (q * (self.acceptance(p, q, context) - exact).abs()).sum(-1)
+        bound = (q * (self.acceptance(p, q, context) - pass_probability(target, q)).abs()).sum(-1)
         if self.temperature:
             bound = (bound + 0.5 * (target - p).abs().sum(-1)).clamp(max=1.0)
         return bound

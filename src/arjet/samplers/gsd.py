@@ -37,7 +37,7 @@ from typing import ClassVar
 import torch
 
 from .codebook import placed
-from .jacobi import RelaxedRule, RuleContext
+from .jacobi import RelaxedRule, RuleContext, pass_probability
 from .options import option
 
 MAX_GROUP = 256  # the paper uses up to 50; every code's group is gathered for the bound, [..., V, group]
@@ -109,9 +109,7 @@ class GSD(RelaxedRule):
         keep |= offsets == 0  # the draft itself
         q_members = q.gather(-1, members.flatten(-2)).view_as(members)
         p_group, q_group = (p_members * keep).sum(-1), (q_members * keep).sum(-1)
-        return torch.where(q_group > 0, p_group / q_group.clamp(min=torch.finfo(q.dtype).tiny), 1.0).clamp(
-            max=1.0
-        )
+        return pass_probability(p_group, q_group)
 
     def _close(
         self, codes: torch.Tensor, others: torch.Tensor, context: RuleContext, device: torch.device

@@ -146,16 +146,14 @@ class AcceptanceRule(Part):
         """`a [..., V]`: the probability that a draft of each code `y ~ q [..., V]` passes against `p [..., V]`,
         `min(1, t(y) / q(y))` (any value where `q(y) = 0`: such a code is never drawn). A rule whose `verify`
         makes the target depend on the draft overrides it."""
-        target = self.target(p, q, context)
-        return torch.where(q > 0, target / q.clamp(min=torch.finfo(q.dtype).tiny), 1.0).clamp(max=1.0)
+        return pass_probability(self.target(p, q, context), q)
 
     def tv_bound(self, p: torch.Tensor, q: torch.Tensor, context: RuleContext) -> torch.Tensor:
         """`[...]`: a bound on the total variation from `p` of the code one position commits when a draft
         `~ q` is verified by this rule and a rejection resamples from the exact residual:
         `sum_y q(y) |a(y) - min(1, p(y) / q(y))|` (`acceptance` for `a`; 0 for the exact rule). Over a decode
         the total variation of the whole image is at most the sum over the positions verified."""
-        exact = Exact.acceptance(Exact(), p, q, context)
-        return (q * (self.acceptance(p, q, context) - exact).abs()).sum(-1)
+        return (q * (self.acceptance(p, q, context) - pass_probability(p, q)).abs()).sum(-1)
 
 
 @dataclass(frozen=True)
@@ -205,6 +203,12 @@ class RuleSampler(Sampler):
 
 
 # -- the maths -----------------------------------------------------------------------------------------------
+def pass_probability(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """`min(1, t / q)` elementwise: the probability a draft drawn from `q` passes against `t` (1 where
+    `q = 0`: such a code is never drawn)."""
+    return torch.where(q > 0, target / q.clamp(min=torch.finfo(q.dtype).tiny), 1.0).clamp(max=1.0)
+
+
 def passes(target: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The per-slot test `u < t(x) / q(x)` (written without a division: `q(x) > 0` for a drawn `x`)."""
     t_x = target.gather(-1, drafts[..., None]).squeeze(-1)
