@@ -270,8 +270,8 @@ def _form(name: str, form: Form) -> Entry:
 # a registered paper name -> the composite it builds (COOL-SD's paper drafts with EAGLE-1: `eagle`)
 ALIASES = {"zipar+lantern": "zipar+sjd+lantern", "gsd": "sjd+gsd", "cool-sd": "eagle+cool-sd"}
 _REGISTRY.update(
-    {name: _composite(_chain(name)) for name in ("ar", "sjd-pac", "eagle", "eagle2", "sjd2", "zipar")}
-    | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "zipar+sjd", "pjd")}
+    {name: _composite(_chain(name)) for name in ("ar", "eagle", "eagle2", "sjd2", "zipar")}
+    | {name: _accepting(_chain(name)) for name in ("sjd", "mc-sjd", "sjd-pac", "zipar+sjd", "pjd")}
     | {name: _form(name, form) for name, form in FORMS.items()}
     | {name: _composite(_chain(spec)) for name, spec in ALIASES.items()}
 )
