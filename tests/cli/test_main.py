@@ -45,7 +45,7 @@ def test_python_m_arjet_is_the_command_line():
 def test_every_command_and_option_is_described():
     parser = build_parser()
     commands = [action for action in parser._actions if action.dest == "command"][0].choices
-    assert len(commands) == len(COMMANDS) == 11
+    assert len(commands) == len(COMMANDS) == 12
     parsers = dict(commands)
     for name, command in commands.items():  # and the stages of `arjet train`
         for action in command._actions:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import PIL.Image
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from .grid import image_grid
@@ -25,6 +26,7 @@ LABELS = {
     "step_compression": "step compression (x fewer forward passes than ar)",
     "latency_speedup": "latency speedup vs ar",
     "forward_passes": "forward passes per image",
+    "seconds": "seconds per image (one run's timing)",
 }
 
 
@@ -164,4 +166,50 @@ def throughput(rows: Sequence[Mapping[str, Any]]) -> Figure:
     axes.set_ylabel("images / s")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
+    return figure
+
+
+def frontier(
+    points: Sequence[Mapping[str, Any]],
+    fronts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    spread: Mapping[str, tuple[float, float]],
+) -> Figure:
+    """Quality against cost across samplers: one panel per (quality metric, cost axis) in `fronts`' keys
+    (`(axis, metric)`, axis `forward_passes` or `seconds`); every point of `points` that has both figures
+    (`sampler`, `seed`, the metric, the axis; a point without the axis is left out of that panel), its
+    front joined by a line, `ar`'s `spread` per metric shaded. A second seed of a sampler is drawn hollow."""
+    axes_names = list(dict.fromkeys(axis for axis, _ in fronts))
+    metrics = list(dict.fromkeys(metric for _, metric in fronts))
+    first_seed = min(point["seed"] for point in points)
+    figure = Figure(figsize=(7.0 * len(axes_names), 5.2 * len(metrics)), layout="constrained")
+    grid = figure.subplots(len(metrics), len(axes_names), squeeze=False)
+    palette = colormaps["tab20"]
+    colours = {name: palette(k % 20) for k, name in enumerate(dict.fromkeys(p["sampler"] for p in points))}
+    for r, metric in enumerate(metrics):
+        for c, axis in enumerate(axes_names):
+            ax = grid[r][c]
+            if metric in spread:
+                ax.axhspan(*spread[metric], color="grey", alpha=0.2, label="ar's run-to-run spread", zorder=0)
+            front = fronts[axis, metric]
+            ax.plot([p[axis] for p in front], [p[metric] for p in front], color="black", linewidth=1.2,
+                    drawstyle="steps-post", label="Pareto front", zorder=2)  # fmt: skip
+            labelled = set()
+            for point in points:
+                x, y = point.get(axis), point.get(metric)
+                if x is None or y is None:
+                    continue
+                colour = "black" if point["sampler"] == "ar" else colours[point["sampler"]]
+                hollow = point["seed"] != first_seed
+                ax.scatter(
+                    [x], [y], s=40, zorder=3, edgecolors=colour, facecolors="none" if hollow else colour
+                )
+                if point["sampler"] not in labelled:  # once per sampler: its first point (`points` in order)
+                    labelled.add(point["sampler"])
+                    ax.annotate(wrap_spec(point["sampler"], 28), (x, y), textcoords="offset points",
+                                xytext=(4, 3), fontsize=6)  # fmt: skip
+            ax.set_xlabel(LABELS[axis])
+            ax.set_ylabel(LABELS[metric])
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize="small", loc="best")
+    figure.suptitle(f"speed vs quality across samplers (filled: seed {first_seed}; hollow: another seed)")
     return figure

@@ -1,0 +1,109 @@
+"""The frontier across eval runs: which points it keeps, `ar`'s spread, which seconds it compares, and the
+files and command that write it."""
+
+import json
+
+import pytest
+
+from arjet.cli.main import main
+from arjet.eval.frontier import Frontier, Point, load_points, pareto, quality, write
+
+
+def run_folder(root, name, seed, rows):
+    """A finished run's `metrics.json` as `arjet eval` writes it: rows of (sampler, fid, clip, forwards, s)."""
+    folder = root / name
+    folder.mkdir()
+    samplers = [
+        {"sampler": s, "fid": fid, "clip_score": clip, "forward_passes": forwards, "seconds": seconds}
+        for s, fid, clip, forwards, seconds in rows
+    ]
+    metrics = {"command": "arjet eval ...", "settings": {"seeds": [seed]}, "samplers": samplers}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+@pytest.fixture
+def runs(tmp_path):
+    main_run = run_folder(
+        tmp_path,
+        "main",
+        0,
+        [
+            ("ar", 50.0, 67.0, 256.0, 2.0),
+            ("fast-bad", 70.0, 60.0, 60.0, 0.5),  # cheapest, worst: on the front all the same
+            ("good", 46.0, 67.5, 80.0, 1.0),
+            ("dominated", 48.0, 66.0, 90.0, 1.1),  # beaten by `good` on forwards, seconds and both metrics
+            ("slow-best", 44.0, 68.5, 120.0, 3.0),
+        ],
+    )
+    second = run_folder(
+        tmp_path, "seed1000", 1000, [("ar", 45.0, 68.0, 256.0, 9.0), ("good", 47.0, 66.9, 79.0, 0.1)]
+    )
+    return [main_run, second]
+
+
+def test_the_front_keeps_exactly_the_points_nothing_beats_on_both_axes():
+    points = [Point(s, 0, "r", fid, None, forwards, None) for s, fid, forwards in
+              [("a", 60.0, 50.0), ("b", 50.0, 60.0), ("c", 55.0, 70.0), ("d", 40.0, 100.0), ("e", 40.0, 120.0)]]  # fmt: skip
+    front = pareto(points, lambda p: p.forward_passes, quality("fid"))
+    assert [p.sampler for p in front] == ["a", "b", "d"]  # c: worse than b at more cost; e: d's FID, dearer
+
+
+def test_ar_spread_spans_every_run_and_seed_and_decides_inside(runs):
+    frontier = Frontier.of(load_points(runs))
+    assert frontier.spread == {"fid": (45.0, 50.0), "clip_score": (67.0, 68.0)}
+    inside = {(p.sampler, p.seed): frontier.inside_spread(p) for p in frontier.points}
+    assert inside[("good", 0)] and inside[("slow-best", 0)]  # FID below the spread beats it: inside
+    assert not inside[("dominated", 0)] and not inside[("fast-bad", 0)] and not inside[("good", 1000)]
+
+
+def test_seconds_are_compared_within_the_timed_run_only(runs):
+    frontier = Frontier.of(load_points(runs))
+    assert frontier.timed == "main"  # the run holding most samplers
+    by_seconds = [p.sampler for p in frontier.fronts["seconds", "fid"]]
+    assert by_seconds == ["fast-bad", "good", "slow-best"]  # seed 1000's 0.1 s ran on other cores: not here
+    by_forwards = [(p.sampler, p.seed) for p in frontier.fronts["forward_passes", "fid"]]
+    assert by_forwards == [("fast-bad", 0), ("good", 1000), ("good", 0), ("slow-best", 0)]
+    other = Frontier.of(load_points(runs), timed="seed1000").fronts["seconds", "fid"]
+    assert [p.sampler for p in other] == ["good", "ar"]
+
+
+def test_write_leaves_the_plot_the_table_and_the_figures(runs, tmp_path):
+    frontier = Frontier.of(load_points(runs))
+    figure = write(frontier, tmp_path / "out")
+    assert figure.stat().st_size > 10_000
+    table = (tmp_path / "out" / "frontier.md").read_text()
+    assert "| `good` | 0 | main | 46.00 | 67.50 | 80.0 | 3.20x | 1.000 | yes | yes |" in table
+    assert "| `good` | 1000 | seed1000 | 47.00 | 66.90 | 79.0 | 3.24x | n/a | no | yes |" in table
+    assert "| `dominated` | 0 | main | 48.00 | 66.00 | 90.0 | 2.84x | 1.100 | no |  |" in table
+    saved = json.loads((tmp_path / "out" / "frontier.json").read_text())
+    assert saved["timed"] == "main" and saved["spread"]["fid"] == [45.0, 50.0]
+    assert ["slow-best", 0, "main"] in saved["fronts"]["forward_passes/clip_score"]
+
+
+def test_the_command_writes_the_frontier(runs, tmp_path, capsys):
+    assert main(["frontier", *map(str, runs), "--out", str(tmp_path / "cmd")]) == 0
+    assert (tmp_path / "cmd" / "frontier.png").is_file()
+    assert "frontier.md" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda root: [root], "is not a finished `arjet eval` run: it has no metrics.json"),
+        (lambda root: [run_folder(root, "two", 0, [])], "no sampler results in the runs given"),
+    ],
+)
+def test_bad_runs_are_refused_with_the_reason(tmp_path, make, error):
+    with pytest.raises(ValueError, match="".join("\\" + c if c in "`.()" else c for c in error)):
+        load_points(make(tmp_path))
+
+
+def test_a_run_of_several_seeds_and_an_unknown_timed_run_are_refused(runs, tmp_path, capsys):
+    folder = run_folder(tmp_path, "many", 0, [("ar", 50.0, 67.0, 256.0, 2.0)])
+    metrics = json.loads((folder / "metrics.json").read_text())
+    (folder / "metrics.json").write_text(json.dumps(metrics | {"settings": {"seeds": [0, 1]}}))
+    with pytest.raises(ValueError, match=r"averages seeds \[0, 1\]: give runs of one seed each"):
+        load_points([folder])
+    assert main(["frontier", *map(str, runs), "--out", str(tmp_path / "x"), "--timed", "nope"]) == 2
+    assert "timed run 'nope' is not among the runs: ['main', 'seed1000']" in capsys.readouterr().err
