@@ -4,6 +4,7 @@ seeds and generators."""
 import inspect
 import pydoc
 
+import numpy as np
 import pytest
 import torch
 
@@ -40,6 +41,17 @@ def test_the_sampling_keywords_become_one_resolved_value(pipe):
     assert pipe.check_inputs("a red circle").sampling == defaults
     given = GenerationInputs.from_call("a", None, {"top_k": None, "guidance_scale": 2.0}, defaults)
     assert given.sampling == SamplingOptions(2.0, defaults.temperature, defaults.top_k, defaults.top_p)
+
+
+def test_numpy_numbers_are_taken_as_the_python_ones_and_numpy_bools_still_refused(pipe):
+    """What indexing an array gives (`np.int64`, `np.float32`) is the number it holds; a bool is no count."""
+    given = pipe.check_inputs(
+        "a", seed=[np.int64(3)], top_k=np.int64(5), top_p=np.float32(0.5), height=np.int32(16)
+    )
+    assert (given.sampling.top_k, given.sampling.top_p, given.size[0]) == (5, 0.5, 16)
+    assert type(given.sampling.top_k) is int and given.generators[0].initial_seed() == 3
+    with pytest.raises(ValueError, match="top_k must be a positive integer, got True"):
+        pipe.check_inputs("a", top_k=np.bool_(True))
 
 
 def test_help_says_what_each_output_type_returns(pipe):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
 
 from .. import checks
@@ -105,10 +106,19 @@ class GenerationInputs:
                     f"unexpected argument {name}=; a pipeline call takes prompt, negative_prompt and "
                     f"{', '.join(sorted(known))}"
                 )
+        options = {name: python_scalar(value) for name, value in options.items()}
         given = {name: options[name] for name in SamplingOptions.names() if name in options}
         sampling = SamplingOptions.from_kwargs(given, defaults)
         rest = {name: value for name, value in options.items() if name not in given}
         return cls(prompt, negative_prompt, sampling=sampling, **rest)
+
+
+def python_scalar(value: Any) -> Any:
+    """A NumPy number or bool (`np.int64(5)`, `np.float32(0.5)`: what indexing an array gives) as the Python
+    one, element-wise through a list of seeds; anything else as it is, for the checks to judge."""
+    if isinstance(value, list):
+        return [python_scalar(item) for item in value]
+    return value.item() if isinstance(value, numpy.generic) and numpy.ndim(value) == 0 else value
 
 
 def call_fields() -> list[tuple[str, Any, Any]]:
