@@ -183,12 +183,27 @@ def _checkpoint(folder: Path) -> Path:
         ),
         (lambda f: _shard_index(f, ["x"]), "names the shard ['x'], which is not a file inside its folder"),
         (
-            lambda f: _shard_index(f, "fifo.safetensors", os.mkfifo),
-            "'fifo.safetensors', which is not a regular",
+            lambda f: _shard_index(f, "sub/fifo.safetensors", _fifo),
+            "'sub/fifo.safetensors', which is not a regular",
+        ),
+        (lambda f: _replace(f / "model" / "config.json", os.mkfifo), "config.json is not a regular file"),
+        (
+            lambda f: _replace(f / "model" / "config.json", lambda p: p.symlink_to("/dev/zero")),
+            "config.json is not a regular file",
+        ),
+        (
+            lambda f: _replace(f / "model" / "tokenizer.json", os.mkfifo),
+            "tokenizer.json is not a regular file",
+        ),
+        (lambda f: _replace(f / "model" / "tokenizer.model", os.mkfifo), "tokenizer.model is not a regular"),
+        (
+            lambda f: os.truncate(f / "model" / "config.json", 2**40),
+            "config.json holds more than 268,435,456",
         ),
     ],
     ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip", "shard-climbs"]
-    + ["shard-absolute", "shard-not-a-name", "shard-fifo"],
+    + ["shard-absolute", "shard-not-a-name", "shard-fifo", "config-fifo", "config-dev-zero", "tokenizer-fifo"]
+    + ["sentencepiece-fifo", "config-1-TiB-sparse"],
 )
 def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
     folder = _checkpoint(tmp_path / "model")
@@ -204,6 +219,17 @@ def _shard_index(folder: Path, shard, make=None) -> None:
     (folder / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
     if make is not None:
         make(folder / "model" / shard)
+
+
+def _fifo(path: Path) -> None:
+    path.parent.mkdir(exist_ok=True)
+    os.mkfifo(path)
+
+
+def _replace(path: Path, make) -> None:
+    """`path` (a file of the checkpoint, or a new one) made anew by `make(path)`: a FIFO, a symlink."""
+    path.unlink(missing_ok=True)
+    make(path)
 
 
 def _truncate(path: Path) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 
 # seeds key one 63-bit random stream per image: image i of a call with `seed=s` uses s + i
 SEED_LIMIT = 2**63
+# a JSON, tokenizer or prompt file read whole: the largest tokenizer.json of the supported families is ~11 MB
+MAX_TEXT_FILE_BYTES = 256 * 2**20
 
 
 def is_integer(value: Any) -> bool:
@@ -245,16 +247,35 @@ def json_depth(value: Any) -> int:
     return depth
 
 
+def read_text_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the text file `path` (a config, a tokenizer, a prompt list): ValueError naming it when it
+    is not a regular file (a FIFO or a device would block the read or never end it) or holds more than
+    `MAX_TEXT_FILE_BYTES` (refused before reading; never read past); OSError for one that cannot be read."""
+    path, limit = Path(path), MAX_TEXT_FILE_BYTES
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device); give a file")
+    too_large = ValueError(
+        f"{path} holds more than {limit:,} bytes; a config, tokenizer or prompt file is smaller"
+    )
+    if path.exists() and path.stat().st_size > limit:
+        raise too_large
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew while being read
+        raise too_large
+    return data
+
+
 def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value in the file `path` (`json_value`'s ValueError, naming the file, for anything else);
-    OSError for a file that cannot be read."""
-    return json_value(Path(path).read_bytes(), str(path))
+    """The JSON value in the file `path` (`json_value`'s ValueError, naming the file, for anything else;
+    `read_text_file`'s for a file that is not regular or too large); OSError for one that cannot be read."""
+    return json_value(read_text_file(path), str(path))
 
 
 def read_json_lines(path: str | os.PathLike) -> list[Any]:
     """The values of a JSON-lines file, one per line that is not blank (`json_value`'s ValueError naming
     the file and the line for anything else); OSError for a file that cannot be read."""
-    lines = enumerate(Path(path).read_bytes().splitlines(), 1)
+    lines = enumerate(read_text_file(path).splitlines(), 1)
     return [json_value(line, f"{path}, line {number}") for number, line in lines if line.strip()]
 
 
@@ -295,17 +316,23 @@ def check_device(text: Any, name: str = "device") -> str:
 TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
+TOKENIZER_SUFFIXES = (".model", ".txt", ".tiktoken")  # sentencepiece, merges / vocab lists, tiktoken
+
+
 def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
     """Refuse a checkpoint folder whose files (its own and its component folders', one level down) a loader
     could not read: a JSON file `json_value` refuses, a safetensors file whose header is unreadable or
     describes more bytes than the file holds (cut short), a torch zip file without its directory (cut
-    short). ValueError naming `name`, the folder and the file. Reads headers only, never a tensor."""
+    short), any of those or of a tokenizer's files that is not a regular file. ValueError naming `name`, the
+    folder and the file. Reads headers only, never a tensor."""
     root = Path(folder).expanduser()
     for path in sorted([*root.glob("*"), *root.glob("*/*")]):
         suffix = path.suffix.lower()
-        if not path.is_file() or suffix not in (".json", ".safetensors", *TORCH_ZIP_SUFFIXES):
+        if suffix not in (".json", ".safetensors", *TORCH_ZIP_SUFFIXES, *TOKENIZER_SUFFIXES):
             continue
         try:
+            if not path.is_file():  # a loader's read of a FIFO or a device blocks, or never ends
+                raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device)")
             if suffix == ".json":
                 index = read_json(path)
                 if path.name.endswith(".index.json"):

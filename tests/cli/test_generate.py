@@ -234,3 +234,19 @@ def test_a_folder_whose_drafter_does_not_fit_the_model_is_refused_in_one_line(tm
     assert error.startswith("arjet generate: error: ") and error.count("\n") == 1, error
     assert "the drafter has hidden_size=16, but this model's hidden states are 32 wide" in error
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "make", [os.mkfifo, lambda path: path.symlink_to("/dev/zero")], ids=["fifo", "dev-zero"]
+)
+def test_a_model_folder_whose_config_is_not_a_regular_file_is_refused_in_one_line(tmp_path, capsys, make):
+    """The fifth re-probe's X1 / X2: reading such a config blocked forever, or filled memory from /dev/zero."""
+    folder = tmp_path / "model"
+    tiny_pipeline("janus", grid=(3, 3)).save_pretrained(folder)
+    (folder / "model" / "config.json").unlink()
+    make(folder / "model" / "config.json")
+    capsys.readouterr()
+    assert cli.main(["generate", PROMPT, "--model", str(folder), "--out", str(tmp_path / "x.png")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arjet generate: error: ") and error.count("\n") == 1, error
+    assert "config.json is not a regular file (a directory, FIFO, socket or device)" in error

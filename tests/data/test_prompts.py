@@ -1,6 +1,7 @@
 """Prompt sets by name (read from ../shared/data/prompts via ARJET_PROMPTS_DIR) and from files."""
 
 import json
+import os
 import re
 import sys
 import types
@@ -105,6 +106,16 @@ def test_a_bad_prompt_file_is_named_with_its_line(name, content, message, tmp_pa
     assert main(["bench", "--prompts", str(path), "--n", "1", "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"arjet bench: error: {path} ") and "Traceback" not in error
+
+
+def test_a_prompt_file_that_is_a_fifo_or_too_large_is_refused_before_reading(tmp_path):
+    os.mkfifo(tmp_path / "fifo.txt")  # reading it would block until a writer came
+    with pytest.raises(ValueError, match="fifo.txt is not a regular file"):
+        load_prompts(str(tmp_path / "fifo.txt"))
+    (tmp_path / "huge.txt").touch()
+    os.truncate(tmp_path / "huge.txt", 2**40)  # sparse: a TiB of zero bytes, never read
+    with pytest.raises(ValueError, match="huge.txt holds more than 268,435,456 bytes"):
+        load_prompts(str(tmp_path / "huge.txt"))
 
 
 def test_the_builtin_set_comes_from_the_data_module(monkeypatch):

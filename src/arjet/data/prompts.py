@@ -93,7 +93,7 @@ def load_prompts(
         prompts = [item["prompt"] for item in heldout_set()]
     elif name_or_file in PROMPT_SETS:
         prompts = read_prompt_file(_named_file(PROMPT_SETS[name_or_file], data_dir, data_dir_option))
-    elif Path(name_or_file).expanduser().is_file():
+    elif Path(name_or_file).expanduser().exists():  # a FIFO or a folder: `read_text_file` says what it is
         prompts = read_prompt_file(Path(name_or_file).expanduser())
     else:
         raise ValueError(
@@ -153,7 +153,7 @@ def read_prompt_file(path: Path) -> list[str]:
 
 
 def _text_lines(path: Path) -> list[str]:
-    data = path.read_bytes()
+    data = checks.read_text_file(path)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
