@@ -106,8 +106,10 @@ def run_eval(
     progress: bool = True,
     command: str | None = None,
     grid_prompts: int = 4,
+    ray_workers: RayWorkers | None = None,
 ) -> dict[str, Any] | None:
-    """Generate and score a run in `out`; the metrics dict on the main process, None on the others."""
+    """Generate and score a run in `out`; the metrics dict on the main process, None on the others.
+    `ray_workers`: the images are made by that many Ray actors instead (`ray_runner.py`)."""
     # 1. check everything before any work
     metrics = metrics or MetricOptions()
     if len(prompts) != settings.n:
@@ -144,13 +146,17 @@ def run_eval(
         # 3. generate, sampler by sampler
         jobs = plan(settings)
         worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
-        for spec in run_order(settings.samplers):
-            todo = [job for job in jobs if job.sampler == spec and job.key not in done]
-            with state.split_between_processes(todo) as mine:
-                worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
-            wait_for_everyone(state)
-            if state.is_main_process:
-                print(summary_line(spec, settings.samplers, read_records(out, own)), flush=True)
+        with _ray_pool(ray_workers, settings, prompts, out, folders) as pool:
+            for spec in run_order(settings.samplers):
+                todo = [job for job in jobs if job.sampler == spec and job.key not in done]
+                if pool is not None:
+                    pool.run(spec, todo, batch_size)
+                else:
+                    with state.split_between_processes(todo) as mine:
+                        worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
+                wait_for_everyone(state)
+                if state.is_main_process:
+                    print(summary_line(spec, settings.samplers, read_records(out, own)), flush=True)
         if not state.is_main_process:
             state.destroy_process_group()
             return None
@@ -164,6 +170,40 @@ def run_eval(
         result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
         state.destroy_process_group()
         return result
+
+
+@dataclass(frozen=True)
+class RayWorkers:
+    """A run's images made by `count` Ray actors, each reserving `cpus` CPUs and `gpus` GPUs and running
+    its own pipeline on `device` with torch's CPU threads pinned to `threads`, on the Ray cluster at
+    `address`."""
+
+    count: int
+    threads: int
+    device: str = "cpu"
+    cpus: float = 1.0
+    gpus: float = 0.0
+    address: str | None = None  # a running Ray cluster's; None: Ray's default (a local one, else a new one)
+
+
+def _ray_pool(workers: RayWorkers | None, settings: EvalSettings, prompts, out: Path, folders):
+    """The run's `RayPool`, or None (a null context) when the images are made here."""
+    if workers is None:
+        return contextlib.nullcontext()
+    from .ray_runner import RayPool
+
+    return RayPool(
+        workers.count,
+        settings,
+        prompts,
+        out,
+        folders,
+        threads=workers.threads,
+        device=workers.device,
+        worker_cpus=workers.cpus,
+        worker_gpus=workers.gpus,
+        address=workers.address,
+    )
 
 
 def check_calls(
