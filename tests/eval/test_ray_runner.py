@@ -14,6 +14,8 @@ from arjet.cli import main
 from arjet.eval.ray_runner import WORKER_NAME
 from arjet.testing import WORDS, tiny_pipeline
 
+from ports import free_port
+
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'arjet[ray]')")
 pytestmark = pytest.mark.slow
 PROMPTS = [f"{WORDS[i % len(WORDS)]} {WORDS[(3 * i + 1) % len(WORDS)]}" for i in range(32)]
@@ -22,7 +24,7 @@ TIMING = ("seconds",)  # the only per-image field allowed to differ between equi
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -95,7 +97,8 @@ def test_two_workers_with_one_killed_equal_a_one_process_run(setup, local_ray):
     assert len(images(on_ray)) == 32
 
 
-def test_without_ray_the_option_says_what_to_install(setup, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("command", ["eval", "serve"])
+def test_without_ray_the_option_says_what_to_install(setup, tmp_path, monkeypatch, capsys, command):
     import builtins
 
     real_import = builtins.__import__
@@ -106,7 +109,8 @@ def test_without_ray_the_option_says_what_to_install(setup, tmp_path, monkeypatc
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    assert main(eval_args(setup, tmp_path / "out", "--ray")) == 2
+    serve = ["serve", "--ray", "--model", str(setup / "model"), "--port", str(free_port())]
+    assert main(eval_args(setup, tmp_path / "out", "--ray") if command == "eval" else serve) == 2
     error = capsys.readouterr().err.strip()
     assert error.endswith("--ray needs it: pip install 'arjet[ray]'")
     assert len(error.splitlines()) == 1

@@ -10,7 +10,8 @@ verbatim. `--seed 0,1,2` (or `0-2`) repeats the run for each seed; prompt i uses
 The same command again resumes an interrupted run. Sharded: `accelerate launch --num_processes N -m arjet
 eval ...` (on GPUs) or, on CPUs, `accelerate launch --multi_gpu --num_processes N -m arjet eval ...` /
 `torchrun --nproc_per_node N -m arjet eval ...` (Accelerate's `--cpu` starts one process only, unless it
-is given an MPI host file). All processes must see the same --out folder.
+is given an MPI host file). All processes must see the same --out folder. On Ray (a machine's GPUs, or a
+cluster): `arjet eval --ray --workers N --worker-gpus 1 ...` (docs/ray.md).
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ images ahead of it over the throughput it measures), a request gets 429 at once 
 still takes longer gets 504; a client that disconnects frees its lanes. Before it listens, the server
 decodes one full batch per model (measuring the adaptive mode's costs and the throughput, and on a GPU
 compiling and capturing the steps: --compile auto; /health reports captures, replays and graph memory, at
-most --max-graphs graphs kept). Several GPUs: one server per device (--device cuda:N) behind any HTTP load
-balancer.
+most --max-graphs graphs kept). Several GPUs or machines: --ray (Ray Serve: engine replicas, one per GPU
+with --replica-gpus 1, replaced when they die; see docs/ray.md), or one server per device (--device cuda:N)
+behind any HTTP load balancer.
 
 API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
 --api-key KEY works too, but every user of this machine sees it in `ps`."""

@@ -1,0 +1,198 @@
+"""`arjet serve --ray` on a local Ray instance: two CPU replicas of a tiny model behind Serve's HTTP proxy,
+tested with the official `openai` client; a replica killed by pid mid-run; GLM-Image's AR stage and DiT as
+two deployments."""
+
+import base64
+import io
+import os
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import openai
+import PIL.Image
+import pytest
+import torch
+
+from arjet.limits import EngineConfig
+from arjet.serve.openai_api import ImagesRequest, ModelLimits
+from arjet.testing import tiny_pipeline
+
+from ports import free_port
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'arjet[ray]')")
+serve = pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'arjet[ray]')")
+from arjet.serve import ray_app  # noqa: E402  (after the skip: it needs Ray only when it builds)
+
+pytestmark = pytest.mark.slow
+GRID = (3, 5)
+CONFIG = EngineConfig(lanes=3, max_queue=6, prompt_tokens=32, compile=False)
+# two replicas of each engine and one painter: five replicas in 2 CPUs (the tests share them well enough)
+REPLICA = ray_app.Replicas(count=2, num_cpus=0.25)
+PAINTER = ray_app.Replicas(count=1, num_cpus=0.25)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+def saved(pipe, folder):
+    pipe.set_progress_bar_config(disable=True)
+    pipe.save_pretrained(folder)
+    return pipe, folder
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return saved(
+        tiny_pipeline("emu3", grid=GRID, vocab_size=8, logit_scale=3.0), tmp_path_factory.mktemp("tiny")
+    )
+
+
+@pytest.fixture(scope="module")
+def glm(tmp_path_factory):
+    """A tiny GLM-Image, and the pipeline its folder loads as (the one-process pipeline the replicas run)."""
+    from arjet.builtin import load_model
+
+    _, folder = saved(
+        tiny_pipeline("glm_image", grid=(2, 3), vocab_size=16, logit_scale=3.0),
+        tmp_path_factory.mktemp("glm"),
+    )
+    pipe = load_model(str(folder), device="cpu")
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, folder
+
+
+@pytest.fixture(scope="module")
+def server(local_ray, model, glm):
+    """One app: the tiny model's engine replicas, and GLM-Image's engine and painter replicas."""
+    assert not ray_app.later_stage(str(model[1])) and ray_app.later_stage(str(glm[1]))
+    models = {
+        "tiny": ray_app.ServedModel(str(model[1])),
+        "glm": ray_app.ServedModel(str(glm[1]), later_stage=True),
+    }
+    app = ray_app.build_app(models, CONFIG, REPLICA, painters=PAINTER, threads=1)
+    port = free_port()
+    ray_app.run(app, "127.0.0.1", port, blocking=False)
+    return f"http://127.0.0.1:{port}"
+
+
+def _client(url):
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def _pixels(b64: str) -> np.ndarray:
+    return np.asarray(PIL.Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+
+
+def _solo(pipe, prompt, seed) -> np.ndarray:
+    """The image `pipe(...)` makes alone, on one thread as every replica runs."""
+    return np.asarray(pipe(prompt, seed=seed, threads=1).images[0].convert("RGB"))
+
+
+def replica_pids(deployment: str, want: int) -> set[int]:
+    """The process ids of `want` replicas of `deployment` (asked through Serve's handle until as many
+    distinct ones have answered)."""
+    handle = serve.get_deployment_handle(deployment, app_name=ray_app.APP_NAME)
+    pids: set[int] = set()
+    deadline = time.monotonic() + 120
+    while len(pids) < want and time.monotonic() < deadline:
+        pids.add(handle.pid.remote().result())  # one at a time: the router queues few requests
+    assert len(pids) == want, pids
+    return pids
+
+
+def load(url, requests: int, clients: int, during=None) -> dict[int, object]:
+    """`requests` requests (seed = request id) from `clients` concurrent `openai` clients; `during()` runs
+    once a quarter of them have been answered. {request id: its pixels, or 429}."""
+    answers: dict[int, object] = {}
+    lock, quarter = threading.Lock(), threading.Event()
+
+    def client(ids):
+        api = _client(url)
+        for request_id in ids:
+            try:
+                out = api.images.generate(
+                    model="tiny",
+                    prompt="a red circle",
+                    response_format="b64_json",
+                    extra_body={"seed": request_id},
+                )
+                answer = _pixels(out.data[0].b64_json)
+            except openai.RateLimitError:
+                answer = 429
+            with lock:
+                assert request_id not in answers  # answered once
+                answers[request_id] = answer
+                if len(answers) >= requests // 4:
+                    quarter.set()
+
+    threads = [threading.Thread(target=client, args=(range(c, requests, clients),)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    if during is not None:
+        assert quarter.wait(timeout=300)
+        during()
+    for thread in threads:
+        thread.join(timeout=600)
+    return answers
+
+
+def check_answers(answers, requests, pipe):
+    assert sorted(answers) == list(range(requests))  # none lost
+    images = {request_id: a for request_id, a in answers.items() if not isinstance(a, int)}
+    assert len(images) >= requests // 2
+    for request_id, pixels in images.items():
+        assert np.array_equal(pixels, _solo(pipe, "a red circle", request_id))
+
+
+def test_200_requests_from_16_clients_over_two_replicas_are_each_answered_once(server, model):
+    """Every request gets its image (its solo decode's) or a 429; /health shows both replicas."""
+    health = httpx.get(f"{server}/health").json()
+    assert health["status"] == "ok"
+    alive = {name: (d["alive"], d["target"]) for name, d in health["deployments"].items()}
+    assert alive == {"engine-tiny": (2, 2), "engine-glm": (2, 2), "painter-glm": (1, 1)}
+    assert [m.id for m in _client(server).models.list().data] == ["tiny", "glm"]
+    check_answers(load(server, 200, 16), 200, model[0])
+
+
+def test_a_replica_killed_mid_run_loses_no_request_and_is_replaced(server, model):
+    before = replica_pids("engine-tiny", 2)
+    killed = min(before)
+    answers = load(server, 32, 8, during=lambda: os.kill(killed, signal.SIGKILL))
+    check_answers(answers, 32, model[0])
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        engine = httpx.get(f"{server}/health").json()["deployments"]["engine-tiny"]
+        if engine["alive"] == 2 and engine["status"] == "HEALTHY":
+            break
+        time.sleep(0.5)
+    assert engine["alive"] == engine["target"] == 2
+    after = replica_pids("engine-tiny", 2)
+    assert (
+        killed not in after and len(after & before) == 1
+    )  # the other replica went on, a new one replaced it
+
+
+def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm):
+    """The AR stage in an engine replica, the DiT in a painter replica: each image's codes and pixels are
+    the one-process pipeline's."""
+    pipe = glm[0]
+    out = _client(server).images.generate(
+        model="glm", prompt="a red circle", n=2, response_format="b64_json", extra_body={"seed": 5}
+    )
+    for i, image in enumerate(out.data):
+        alone = pipe("a red circle", seed=5 + i, threads=1)
+        assert np.array_equal(_pixels(image.b64_json), np.asarray(alone.images[0].convert("RGB")))
+        assert out.model_extra["arjet"][i]["seed"] == 5 + i
+    codes = serve.get_deployment_handle("engine-glm", app_name=ray_app.APP_NAME).codes
+    parsed = ImagesRequest.parse({"prompt": "a red circle", "seed": 5}, {"glm": ModelLimits(4, 6)})
+    decoded = codes.remote(parsed).result()
+    alone = pipe("a red circle", seed=5, threads=1, output_type="latent").codes[0]
+    assert torch.equal(decoded[0].codes, alone)
