@@ -8,8 +8,9 @@ Starts Ray (`--cpus` logical CPUs, no dashboard), deploys the app (`arjet.serve.
 one torch thread), sends every request once (request `i` with seed `i`) and reports, as one JSON object:
 the answers by kind (an image, 429), none lost or answered twice, images equal to their solo decode
 (`pipe(prompt, seed=i, threads=1)`, for the first `--check` images), requests per second, p50 / p95 latency
-of the served ones, the start-up time, and with --kill the killed pid, the replicas' pids after and the
-seconds until `GET /health` showed every replica alive again. docs/ray.md holds its figures.
+of the served ones, the start-up time, and with --kill the killed pid, the replicas' pids after, what
+`GET /health` said while a replica was missing and the seconds until it showed every replica alive again.
+docs/ray.md holds its figures.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def pids(deployment: str, want: int, serve) -> set[int]:
     while len(found) < want and time.monotonic() < deadline:
         found.add(handle.pid.remote().result())
     return found
+
+
+def watch_health(url: str, report: dict) -> None:
+    """From a replica's death on: `GET /health` every 0.5 s until every replica is alive again; what it said
+    first while one was missing, and how long the replacement took."""
+    began = time.perf_counter()
+    while True:
+        engine = httpx.get(f"{url}/health", timeout=30).json()["deployments"]["engine-shapes"]
+        if engine["alive"] < engine["target"]:
+            report.setdefault("health_while_replacing", engine)
+        elif "health_while_replacing" in report and engine["status"] == "HEALTHY":
+            break
+        time.sleep(0.5)
+    report["replaced_after_seconds"], report["health_after"] = round(time.perf_counter() - began, 1), engine
 
 
 def main() -> int:
@@ -109,11 +124,13 @@ def main() -> int:
     ]
     for thread in threads:
         thread.start()
+    replaced = threading.Thread(target=watch_health, args=(url, report))
     if args.kill:
         quarter.wait()
         killed = min(before)
         os.kill(killed, signal.SIGKILL)
-        report["killed_pid"], killed_at = killed, time.perf_counter()
+        report["killed_pid"] = killed
+        replaced.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
@@ -133,13 +150,7 @@ def main() -> int:
         p95_seconds=round(served[int(0.95 * (len(served) - 1))], 2) if served else None,
     )
     if args.kill:
-        while True:
-            engine = httpx.get(f"{url}/health").json()["deployments"]["engine-shapes"]
-            if engine["alive"] == engine["target"] and engine["status"] == "HEALTHY":
-                break
-            time.sleep(0.5)
-        report["replaced_after_seconds"] = round(time.perf_counter() - killed_at, 1)
-        report["health_after"] = engine
+        replaced.join()
         after = pids("engine-shapes", args.replicas, serve)
         report["replica_pids_before"], report["replica_pids_after"] = sorted(before), sorted(after)
 

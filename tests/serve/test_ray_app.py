@@ -2,17 +2,14 @@
 tested with the official `openai` client; a replica killed by pid mid-run; GLM-Image's AR stage and DiT as
 two deployments."""
 
-import base64
-import io
 import os
 import signal
 import threading
 import time
 
+import clients as serving_clients
 import httpx
 import numpy as np
-import openai
-import PIL.Image
 import pytest
 import torch
 
@@ -28,7 +25,8 @@ from arjet.serve import ray_app  # noqa: E402  (after the skip: it needs Ray onl
 
 pytestmark = pytest.mark.slow
 GRID = (3, 5)
-CONFIG = EngineConfig(lanes=3, max_queue=6, prompt_tokens=32, compile=False)
+# a replica holds lanes + max_queue = 5 requests and Serve's router 3 more: 16 clients overflow two replicas
+CONFIG = EngineConfig(lanes=2, max_queue=3, prompt_tokens=32, compile=False)
 # two replicas of each engine and one painter: five replicas in 2 CPUs (the tests share them well enough)
 REPLICA = ray_app.Replicas(count=2, num_cpus=0.25)
 PAINTER = ray_app.Replicas(count=1, num_cpus=0.25)
@@ -83,14 +81,6 @@ def server(local_ray, model, glm):
     return f"http://127.0.0.1:{port}"
 
 
-def _client(url):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-
-
-def _pixels(b64: str) -> np.ndarray:
-    return np.asarray(PIL.Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
-
-
 def _solo(pipe, prompt, seed) -> np.ndarray:
     """The image `pipe(...)` makes alone, on one thread as every replica runs."""
     return np.asarray(pipe(prompt, seed=seed, threads=1).images[0].convert("RGB"))
@@ -115,18 +105,9 @@ def load(url, requests: int, clients: int, during=None) -> dict[int, object]:
     lock, quarter = threading.Lock(), threading.Event()
 
     def client(ids):
-        api = _client(url)
+        api = serving_clients.client(url, timeout=300)
         for request_id in ids:
-            try:
-                out = api.images.generate(
-                    model="tiny",
-                    prompt="a red circle",
-                    response_format="b64_json",
-                    extra_body={"seed": request_id},
-                )
-                answer = _pixels(out.data[0].b64_json)
-            except openai.RateLimitError:
-                answer = 429
+            answer = serving_clients.answer(api, "tiny", request_id)
             with lock:
                 assert request_id not in answers  # answered once
                 answers[request_id] = answer
@@ -144,10 +125,11 @@ def load(url, requests: int, clients: int, during=None) -> dict[int, object]:
     return answers
 
 
-def check_answers(answers, requests, pipe):
-    assert sorted(answers) == list(range(requests))  # none lost
+def check_answers(answers, requests, pipe, least: int):
+    """Every request answered (none lost), at least `least` with an image, each its solo decode's."""
+    assert sorted(answers) == list(range(requests))
     images = {request_id: a for request_id, a in answers.items() if not isinstance(a, int)}
-    assert len(images) >= requests // 2
+    assert len(images) >= least
     for request_id, pixels in images.items():
         assert np.array_equal(pixels, _solo(pipe, "a red circle", request_id))
 
@@ -158,15 +140,17 @@ def test_200_requests_from_16_clients_over_two_replicas_are_each_answered_once(s
     assert health["status"] == "ok"
     alive = {name: (d["alive"], d["target"]) for name, d in health["deployments"].items()}
     assert alive == {"engine-tiny": (2, 2), "engine-glm": (2, 2), "painter-glm": (1, 1)}
-    assert [m.id for m in _client(server).models.list().data] == ["tiny", "glm"]
-    check_answers(load(server, 200, 16), 200, model[0])
+    assert [m.id for m in serving_clients.client(server).models.list().data] == ["tiny", "glm"]
+    answers = load(server, 200, 16)
+    check_answers(answers, 200, model[0], least=40)
+    assert 429 in answers.values()  # the bounds refused some (at once, with Retry-After)
 
 
 def test_a_replica_killed_mid_run_loses_no_request_and_is_replaced(server, model):
     before = replica_pids("engine-tiny", 2)
     killed = min(before)
     answers = load(server, 32, 8, during=lambda: os.kill(killed, signal.SIGKILL))
-    check_answers(answers, 32, model[0])
+    check_answers(answers, 32, model[0], least=16)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         engine = httpx.get(f"{server}/health").json()["deployments"]["engine-tiny"]
@@ -184,12 +168,14 @@ def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm)
     """The AR stage in an engine replica, the DiT in a painter replica: each image's codes and pixels are
     the one-process pipeline's."""
     pipe = glm[0]
-    out = _client(server).images.generate(
+    out = serving_clients.client(server).images.generate(
         model="glm", prompt="a red circle", n=2, response_format="b64_json", extra_body={"seed": 5}
     )
     for i, image in enumerate(out.data):
         alone = pipe("a red circle", seed=5 + i, threads=1)
-        assert np.array_equal(_pixels(image.b64_json), np.asarray(alone.images[0].convert("RGB")))
+        assert np.array_equal(
+            serving_clients.pixels(image.b64_json), np.asarray(alone.images[0].convert("RGB"))
+        )
         assert out.model_extra["arjet"][i]["seed"] == 5 + i
     codes = serve.get_deployment_handle("engine-glm", app_name=ray_app.APP_NAME).codes
     parsed = ImagesRequest.parse({"prompt": "a red circle", "seed": 5}, {"glm": ModelLimits(4, 6)})

@@ -238,16 +238,23 @@ def _optional(spec: str) -> str | None:
     return None if spec.strip().lower() == "none" else spec.strip()
 
 
-def _ray_workers(args: argparse.Namespace, threads: int):
-    """The run's Ray workers (`--ray`), or None; Ray is checked for here, before any work."""
+def _ray_pool(args: argparse.Namespace, settings, prompts: list[str], threads: int):
+    """The run's Ray workers (`--ray`; Ray is checked for here, before any work), or None."""
     if not args.ray:
         return None
-    from ..eval.ray_runner import import_ray
-    from ..eval.runner import RayWorkers
+    from ..eval.ray_runner import RayPool
 
-    import_ray()
     device = args.device or ("cuda" if args.worker_gpus else "cpu")
-    return RayWorkers(args.workers, threads, device, gpus=args.worker_gpus, address=args.ray_address)
+    return RayPool(
+        args.workers,
+        settings,
+        prompts,
+        args.out,
+        threads=threads,
+        device=device,
+        worker_gpus=args.worker_gpus,
+        address=args.ray_address,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -286,7 +293,6 @@ def run(args: argparse.Namespace) -> int:
     if model not in available_models() and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
     threads = apply_threads(args)
-    ray_workers = _ray_workers(args, threads)
 
     # 2. the run
     settings = EvalSettings(
@@ -319,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         command=canonical_command(args),
         grid_prompts=args.grid_prompts,
-        ray_workers=ray_workers,
+        pool=_ray_pool(args, settings, prompts, threads),
     )
 
     # 3. the table, on the main process

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import samplers as sampler_registry
 from .records import RecordLog, read_records, record_key
-from .runner import Job, _load_pipeline, _Worker
+from .runner import Job, _load_pipeline, _Worker, sampler_dirs
 from .settings import EvalSettings
 
 WORKER_NAME = "arjet-eval-worker-{rank}"  # each actor's name in its job's namespace (to find it, kill it)
@@ -75,7 +75,7 @@ class EvalWorker:
 
 
 class RayPool:
-    """`workers` Ray actors that generate a run's images (`run`), started in `__enter__` on the running Ray,
+    """`workers` Ray actors that generate a run's images (`run`; `run_eval(..., pool=)`), started in `__enter__` on the running Ray,
     the cluster at `address`, or Ray's default (a running local cluster, else a new one) and killed in `__exit__`."""
 
     def __init__(
@@ -83,8 +83,7 @@ class RayPool:
         workers: int,
         settings: EvalSettings,
         prompts: Sequence[str],
-        out: Path,
-        folders: dict[str, str],
+        out: str | os.PathLike,
         *,
         threads: int,
         device: str,
@@ -94,7 +93,7 @@ class RayPool:
     ):
         self.ray = import_ray()
         self.workers, self.actors = workers, []
-        self._arguments = (settings, list(prompts), str(out), folders)
+        self._arguments = (settings, list(prompts), str(out), sampler_dirs(settings.samplers))
         self._threads, self._device = threads, device
         self._resources = {"num_cpus": worker_cpus, "num_gpus": worker_gpus}
         self._address = address

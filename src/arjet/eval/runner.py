@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -106,10 +106,10 @@ def run_eval(
     progress: bool = True,
     command: str | None = None,
     grid_prompts: int = 4,
-    ray_workers: RayWorkers | None = None,
+    pool: ImagePool | None = None,
 ) -> dict[str, Any] | None:
     """Generate and score a run in `out`; the metrics dict on the main process, None on the others.
-    `ray_workers`: the images are made by that many Ray actors instead (`ray_runner.py`)."""
+    `pool`: workers elsewhere that make the images instead of this process (`ray_runner.RayPool`)."""
     # 1. check everything before any work
     metrics = metrics or MetricOptions()
     if len(prompts) != settings.n:
@@ -146,7 +146,7 @@ def run_eval(
         # 3. generate, sampler by sampler
         jobs = plan(settings)
         worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
-        with _ray_pool(ray_workers, settings, prompts, out, folders) as pool:
+        with pool if pool is not None else contextlib.nullcontext():
             for spec in run_order(settings.samplers):
                 todo = [job for job in jobs if job.sampler == spec and job.key not in done]
                 if pool is not None:
@@ -172,38 +172,15 @@ def run_eval(
         return result
 
 
-@dataclass(frozen=True)
-class RayWorkers:
-    """A run's images made by `count` Ray actors, each reserving `cpus` CPUs and `gpus` GPUs and running
-    its own pipeline on `device` with torch's CPU threads pinned to `threads`, on the Ray cluster at
-    `address`."""
+class ImagePool(Protocol):
+    """Workers that make a run's images into its folder, as this process would (started on `__enter__`,
+    stopped on `__exit__`): `run` makes `jobs` of sampler `spec` and returns once all are recorded."""
 
-    count: int
-    threads: int
-    device: str = "cpu"
-    cpus: float = 1.0
-    gpus: float = 0.0
-    address: str | None = None  # a running Ray cluster's; None: Ray's default (a local one, else a new one)
+    def __enter__(self) -> ImagePool: ...
 
+    def __exit__(self, *exc: Any) -> None: ...
 
-def _ray_pool(workers: RayWorkers | None, settings: EvalSettings, prompts, out: Path, folders):
-    """The run's `RayPool`, or None (a null context) when the images are made here."""
-    if workers is None:
-        return contextlib.nullcontext()
-    from .ray_runner import RayPool
-
-    return RayPool(
-        workers.count,
-        settings,
-        prompts,
-        out,
-        folders,
-        threads=workers.threads,
-        device=workers.device,
-        worker_cpus=workers.cpus,
-        worker_gpus=workers.gpus,
-        address=workers.address,
-    )
+    def run(self, spec: str, jobs: list[Job], batch_size: int) -> None: ...
 
 
 def check_calls(
