@@ -182,3 +182,22 @@ def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm)
     decoded = codes.remote(parsed).result()
     alone = pipe("a red circle", seed=5, threads=1, output_type="latent").codes[0]
     assert torch.equal(decoded[0].codes, alone)
+
+
+def test_replica_counts_become_serve_options_and_bad_ones_are_refused():
+    """A fixed count, or Serve's autoscaling between a min and a max on the requests in flight (options Serve
+    itself accepts); a half-given or inverted range is refused naming the options."""
+    fixed = ray_app.Replicas(count=3, num_gpus=1).options(in_flight=4)
+    assert fixed == {"num_replicas": 3, "ray_actor_options": {"num_cpus": 1.0, "num_gpus": 1}}
+    scaled = ray_app.Replicas(minimum=1, maximum=4).options(in_flight=8)
+    assert scaled["autoscaling_config"] == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "target_ongoing_requests": 8,
+    }
+    serve.deployment(ray_app.EngineReplica).options(**scaled)  # Serve checks its autoscaling config here
+    assert ray_app.Replicas(minimum=2, maximum=5).target == 2
+    with pytest.raises(ValueError, match="both --min-replicas and --max-replicas"):
+        ray_app.Replicas(minimum=2)
+    with pytest.raises(ValueError, match="1 <= min <= max"):
+        ray_app.Replicas(minimum=3, maximum=2)
