@@ -1,16 +1,14 @@
 """`arjet serve`: the OpenAI images API, tested with the official `openai` client over loopback (and plain
 HTTP for the error paths)."""
 
-import base64
 import contextlib
-import io
 import threading
 import time
 
+import clients as serving_clients
 import httpx
 import numpy as np
 import openai
-import PIL.Image
 import pytest
 import torch
 import uvicorn
@@ -58,14 +56,6 @@ def serving(pipe, api_key=None, warm_up=None, **engine_options):
         engine.close()
 
 
-def _client(url, key="unused"):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
-
-
-def _pixels(b64: str) -> np.ndarray:
-    return np.asarray(PIL.Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
-
-
 def _solo(pipe, prompt, seed, sampler="ar"):
     return np.asarray(pipe(prompt, seed=seed, sampler=sampler).images[0].convert("RGB"))
 
@@ -84,7 +74,7 @@ def slow_steps(monkeypatch):
 
 def test_images_through_the_openai_client_are_the_solo_decodes(pipe):
     with serving(pipe) as (url, _):
-        out = _client(url).images.generate(
+        out = serving_clients.client(url).images.generate(
             model="tiny",
             prompt="a red circle",
             n=3,
@@ -93,23 +83,25 @@ def test_images_through_the_openai_client_are_the_solo_decodes(pipe):
         )
     assert len(out.data) == 3
     for i, image in enumerate(out.data):
-        assert np.array_equal(_pixels(image.b64_json), _solo(pipe, "a red circle", 7 + i, "mc-sjd:window=4"))
+        assert np.array_equal(
+            serving_clients.pixels(image.b64_json), _solo(pipe, "a red circle", 7 + i, "mc-sjd:window=4")
+        )
     stats = out.model_extra["arjet"]
     assert [s["seed"] for s in stats] == [7, 8, 9] and all(s["forward_passes"] >= 1 for s in stats)
 
 
 def test_models_health_and_sizes(pipe):
     with serving(pipe) as (url, _):
-        client = _client(url)
+        client = serving_clients.client(url)
         assert [model.id for model in client.models.list()] == ["tiny"]
         health = httpx.get(f"{url}/health").json()
         assert health["status"] == "ok" and health["models"]["tiny"]["queued"] == 0
         out = client.images.generate(
             model="tiny", prompt="star", size="40x24", response_format="b64_json", extra_body={"seed": 1}
         )
-        assert _pixels(out.data[0].b64_json).shape == (24, 40, 3)
+        assert serving_clients.pixels(out.data[0].b64_json).shape == (24, 40, 3)
         assert np.array_equal(
-            _pixels(out.data[0].b64_json),
+            serving_clients.pixels(out.data[0].b64_json),
             np.asarray(pipe("star", seed=1, height=24, width=40).images[0].convert("RGB")),
         )
 
@@ -202,7 +194,9 @@ def test_hostile_bodies_get_json_errors_never_a_500(pipe):
         streamed = httpx.post(f"{url}{route}", content=_chunks(b" " * (8 * MAX_BODY_BYTES)), timeout=30)
         fields = httpx.post(f"{url}{route}", json={f"f{i}": 0 for i in range(50_000)} | {"prompt": "a"})
         many = httpx.post(f"{url}{route}", json={f"field{i}": 0 for i in range(200_000)} | {"prompt": "a"})
-        after = _client(url).images.generate(model="tiny", prompt="star", response_format="b64_json")
+        after = serving_clients.client(url).images.generate(
+            model="tiny", prompt="star", response_format="b64_json"
+        )
         assert engine.queued == 0
     assert deep.status_code == 400 and "not valid JSON" in deep.json()["error"]["message"]
     assert nested.status_code == 400 and nested.json()["error"]["param"] == "seed"
@@ -231,7 +225,9 @@ def test_a_long_sampler_spec_gets_a_short_400(pipe, sampler):
         response = httpx.post(
             f"{url}/v1/images/generations", json={"prompt": "a", "sampler": sampler}, timeout=60
         )
-        after = _client(url).images.generate(model="tiny", prompt="star", response_format="b64_json")
+        after = serving_clients.client(url).images.generate(
+            model="tiny", prompt="star", response_format="b64_json"
+        )
         assert engine.queued == 0
     assert response.status_code == 400 and len(response.content) < 500, len(response.content)
     assert "..." in response.json()["error"]["message"] and len(after.data) == 1
@@ -259,10 +255,10 @@ def test_an_api_key_is_required_when_set(pipe, monkeypatch):
     with serving(pipe, api_key="sesame") as (url, _):
         for key in ("wrong", "sesamf", "sesame!"):
             with pytest.raises(openai.AuthenticationError):
-                _client(url, key=key).models.list()
+                serving_clients.client(url, key=key).models.list()
         odd = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer s\xe9same".encode("latin-1")})
         assert odd.status_code == 401 and odd.json()["error"]["type"] == "authentication_error"
-        assert [model.id for model in _client(url, key="sesame").models.list()] == ["tiny"]
+        assert [model.id for model in serving_clients.client(url, key="sesame").models.list()] == ["tiny"]
         assert httpx.get(f"{url}/health").status_code == 200  # open, for load balancers
     assert len(compared) == 5  # every check in constant time
 
@@ -270,7 +266,7 @@ def test_an_api_key_is_required_when_set(pipe, monkeypatch):
 def test_a_full_queue_answers_429_with_retry_after(pipe, slow_steps):
     with serving(pipe, lanes=1, max_queue=2) as (url, engine):
         first = threading.Thread(
-            target=_client(url).images.generate,
+            target=serving_clients.client(url).images.generate,
             kwargs=dict(model="tiny", prompt="a", n=2, response_format="b64_json"),
         )
         first.start()  # one image in the lane, one waiting
@@ -278,11 +274,15 @@ def test_a_full_queue_answers_429_with_retry_after(pipe, slow_steps):
         while (engine.busy, engine.queued) != (1, 1) and time.monotonic() < deadline:
             time.sleep(0.005)
         with pytest.raises(openai.RateLimitError) as refused:  # two more: the second finds the queue full
-            _client(url).images.generate(model="tiny", prompt="a", n=2, response_format="b64_json")
+            serving_clients.client(url).images.generate(
+                model="tiny", prompt="a", n=2, response_format="b64_json"
+            )
         assert int(refused.value.response.headers["retry-after"]) >= 1
         first.join(timeout=60)
         assert engine.queued == 0 and engine.stats.images == 2  # the refused request's image was taken back
-        out = _client(url).images.generate(model="tiny", prompt="a", n=2, response_format="b64_json")
+        out = serving_clients.client(url).images.generate(
+            model="tiny", prompt="a", n=2, response_format="b64_json"
+        )
     assert len(out.data) == 2
 
 
@@ -299,10 +299,10 @@ def test_a_client_that_disconnects_frees_its_lanes_and_the_server_goes_on(pipe, 
             httpx.post(f"{url}/v1/images/generations", json={"prompt": "a red circle", "n": 2}, timeout=0.3)
         _wait_idle(engine)
         assert engine.stats.images == 0  # cancelled mid-decode, not finished
-        out = _client(url).images.generate(
+        out = serving_clients.client(url).images.generate(
             model="tiny", prompt="star", response_format="b64_json", extra_body={"seed": 3}
         )
-    assert np.array_equal(_pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
+    assert np.array_equal(serving_clients.pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
 
 
 def _wait_idle(engine, seconds=10.0):
@@ -343,7 +343,7 @@ def test_a_burst_gets_images_or_immediate_429s_never_504s_from_a_queue_it_could_
                     retry_after.append(int(response.headers["retry-after"]))
                     assert "longer than its time limit of 40 s" in response.json()["error"]["message"]
                 elif response.status_code == 200:
-                    answers[seed] = _pixels(response.json()["data"][0]["b64_json"])
+                    answers[seed] = serving_clients.pixels(response.json()["data"][0]["b64_json"])
 
     with serving(pipe, lanes=2, max_queue=16, time_limit=40, clock=clock) as (url, engine):
         clock.engine = engine
@@ -390,13 +390,13 @@ def test_a_failing_decode_is_a_json_500_and_the_server_goes_on(pipe, monkeypatch
         failed = httpx.post(
             f"{url}/v1/images/generations", json={"prompt": "a", "sampler": "sjd:window=3"}, timeout=60
         )
-        out = _client(url).images.generate(
+        out = serving_clients.client(url).images.generate(
             model="tiny", prompt="star", response_format="b64_json", extra_body={"seed": 3}
         )
         health = httpx.get(f"{url}/health")
     assert failed.status_code == 500 and failed.json()["error"]["type"] == "server_error"
     assert "MemoryError: the tree needs GBs" in failed.json()["error"]["message"]
-    assert np.array_equal(_pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
+    assert np.array_equal(serving_clients.pixels(out.data[0].b64_json), _solo(pipe, "star", 3))
     assert health.status_code == 200 and health.json()["models"]["tiny"]["failed"] == 1
 
 
@@ -410,7 +410,9 @@ def test_a_model_whose_images_cannot_be_rendered_is_a_500_that_says_why():
             weight.fill_(float("nan"))
     with serving(broken, api_key="sesame") as (url, engine):
         with pytest.raises(openai.InternalServerError) as failed:
-            _client(url, key="sesame").images.generate(model="tiny", prompt="a", response_format="b64_json")
+            serving_clients.client(url, key="sesame").images.generate(
+                model="tiny", prompt="a", response_format="b64_json"
+            )
         health = httpx.get(f"{url}/health")
     error = failed.value.response.json()["error"]
     assert failed.value.status_code == 500 and error["type"] == "server_error"
@@ -470,18 +472,9 @@ def test_200_requests_from_16_clients_are_each_answered_once(pipe):
     lock = threading.Lock()
 
     def client(ids, url):
-        api = _client(url)
+        api = serving_clients.client(url)
         for request_id in ids:
-            try:
-                out = api.images.generate(
-                    model="tiny",
-                    prompt="a red circle",
-                    response_format="b64_json",
-                    extra_body={"seed": request_id},
-                )
-                answer = _pixels(out.data[0].b64_json)
-            except openai.RateLimitError:
-                answer = 429
+            answer = serving_clients.answer(api, "tiny", request_id)
             with lock:
                 assert request_id not in answers
                 answers[request_id] = answer

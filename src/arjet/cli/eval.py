@@ -10,7 +10,8 @@ verbatim. `--seed 0,1,2` (or `0-2`) repeats the run for each seed; prompt i uses
 The same command again resumes an interrupted run. Sharded: `accelerate launch --num_processes N -m arjet
 eval ...` (on GPUs) or, on CPUs, `accelerate launch --multi_gpu --num_processes N -m arjet eval ...` /
 `torchrun --nproc_per_node N -m arjet eval ...` (Accelerate's `--cpu` starts one process only, unless it
-is given an MPI host file). All processes must see the same --out folder.
+is given an MPI host file). All processes must see the same --out folder. On Ray (a machine's GPUs, or a
+cluster): `arjet eval --ray --workers N --worker-gpus 1 ...` (docs/ray.md).
 """
 
 from __future__ import annotations
@@ -141,7 +142,34 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="prompts (rows) in the image grid plot (default 4)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_ray_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--ray` and its knobs (see docs/ray.md)."""
+    group = parser.add_argument_group("on Ray (pip install 'arjet[ray]'; see docs/ray.md)")
+    group.add_argument(
+        "--ray",
+        action="store_true",
+        help="make the images with Ray workers (each with its own pipeline) into the same run folder",
+    )
+    group.add_argument(
+        "--workers", type=types.int_type(1), default=2, metavar="N", help="Ray workers (default 2)"
+    )
+    group.add_argument(
+        "--worker-gpus",
+        type=types.float_type(0.0),
+        default=0.0,
+        metavar="N",
+        help="GPUs per worker (default 0: on the CPU, one CPU and --threads threads each)",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="a running Ray cluster (`ray start --head` prints it); default: a local one, else a new one",
+    )
 
 
 def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> list[int]:
@@ -210,6 +238,25 @@ def _optional(spec: str) -> str | None:
     return None if spec.strip().lower() == "none" else spec.strip()
 
 
+def _ray_pool(args: argparse.Namespace, settings, prompts: list[str], threads: int):
+    """The run's Ray workers (`--ray`; Ray is checked for here, before any work), or None."""
+    if not args.ray:
+        return None
+    from ..eval.ray_runner import RayPool
+
+    device = args.device or ("cuda" if args.worker_gpus else "cpu")
+    return RayPool(
+        args.workers,
+        settings,
+        prompts,
+        args.out,
+        threads=threads,
+        device=device,
+        worker_gpus=args.worker_gpus,
+        address=args.ray_address,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from ..builtin import DEFAULT_MODEL, available_models
     from ..data.prompts import PROMPT_SETS
@@ -245,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or DEFAULT_MODEL  # a built-in model keeps its name (portable reports)
     if model not in available_models() and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
-    apply_threads(args)
+    threads = apply_threads(args)
 
     # 2. the run
     settings = EvalSettings(
@@ -278,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         command=canonical_command(args),
         grid_prompts=args.grid_prompts,
+        pool=_ray_pool(args, settings, prompts, threads),
     )
 
     # 3. the table, on the main process

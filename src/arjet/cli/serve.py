@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..limits import SERVE_ENGINE
+from . import types
 from .options import (
     LASTING_GPU,
     add_command,
@@ -40,8 +41,9 @@ images ahead of it over the throughput it measures), a request gets 429 at once 
 still takes longer gets 504; a client that disconnects frees its lanes. Before it listens, the server
 decodes one full batch per model (measuring the adaptive mode's costs and the throughput, and on a GPU
 compiling and capturing the steps: --compile auto; /health reports captures, replays and graph memory, at
-most --max-graphs graphs kept). Several GPUs: one server per device (--device cuda:N) behind any HTTP load
-balancer.
+most --max-graphs graphs kept). Several GPUs or machines: --ray (Ray Serve: engine replicas, one per GPU
+with --replica-gpus 1, replaced when they die; see docs/ray.md), or one server per device (--device cuda:N)
+behind any HTTP load balancer.
 
 API key: set ARJET_API_KEY in the environment, or --api-key-file PATH (the key on the file's first line);
 --api-key KEY works too, but every user of this machine sees it in `ps`."""
@@ -81,7 +83,57 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="as --api-key-file, with the key itself (visible to every local user in `ps`: prefer "
         f"{API_KEY_VARIABLE} or --api-key-file)",
     )
+    add_ray_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--ray` and its knobs (see docs/ray.md)."""
+    group = parser.add_argument_group("on Ray (pip install 'arjet[ray]'; see docs/ray.md)")
+    group.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve as Ray Serve deployments: an ingress over engine replicas (one Engine each), replaced "
+        "when they die, on this machine's Ray or the cluster of --ray-address",
+    )
+    group.add_argument(
+        "--replicas",
+        type=types.int_type(1),
+        default=1,
+        metavar="N",
+        help="engine replicas per model (default 1)",
+    )
+    group.add_argument(
+        "--min-replicas",
+        type=types.int_type(1),
+        default=None,
+        metavar="A",
+        help="autoscale on requests in flight between A and --max-replicas B (instead of --replicas)",
+    )
+    group.add_argument(
+        "--max-replicas", type=types.int_type(1), default=None, metavar="B", help="see --min-replicas"
+    )
+    group.add_argument(
+        "--replica-cpus",
+        type=types.float_type(0.0),
+        default=1.0,
+        metavar="N",
+        help="CPUs Ray reserves per replica (default 1; torch threads per replica: --threads, else this)",
+    )
+    group.add_argument(
+        "--replica-gpus",
+        type=types.float_type(0.0),
+        default=0.0,
+        metavar="N",
+        help="GPUs per replica (default 0; 1 for one replica per GPU)",
+    )
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="a running Ray cluster (`ray start --head` prints it); default: Ray's own choice, a local "
+        "cluster when one runs, else a new one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
     choices = model_choices(args.model) or {"shapes": "shapes"}
     config = server_engine(args, SERVE_ENGINE, compile=compile_argument(args))
     api_key = read_api_key(args, os.environ)
+    if args.ray:
+        return run_on_ray(args, choices, config, api_key)
+    if args.min_replicas is not None or args.max_replicas is not None or args.replicas != 1:
+        raise ValueError("--replicas, --min-replicas and --max-replicas need --ray")
 
     import uvicorn
 
@@ -113,6 +169,24 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for engine in engines.values():
             engine.close()
+    return 0
+
+
+def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_key: str | None) -> int:
+    """`arjet serve --ray`: the app on Ray Serve until interrupted (its replicas load the models)."""
+    from ..serve import ray_app
+
+    ray_app.import_serve()  # a clear error without Ray, before anything starts
+    replicas = ray_app.Replicas(
+        args.replicas, args.min_replicas, args.max_replicas, args.replica_cpus, args.replica_gpus
+    )
+    threads = args.threads or max(1, int(args.replica_cpus))
+    models = {
+        name: ray_app.ServedModel(source, ray_app.later_stage(source)) for name, source in choices.items()
+    }
+    app = ray_app.build_app(models, config, replicas, device=args.device, threads=threads, api_key=api_key)
+    print(f"serving {', '.join(models)} on Ray at http://{args.host}:{args.port}/v1", flush=True)
+    ray_app.run(app, args.host, args.port, address=args.ray_address)
     return 0
 
 

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -106,8 +106,10 @@ def run_eval(
     progress: bool = True,
     command: str | None = None,
     grid_prompts: int = 4,
+    pool: ImagePool | None = None,
 ) -> dict[str, Any] | None:
-    """Generate and score a run in `out`; the metrics dict on the main process, None on the others."""
+    """Generate and score a run in `out`; the metrics dict on the main process, None on the others.
+    `pool`: workers elsewhere that make the images instead of this process (`ray_runner.RayPool`)."""
     # 1. check everything before any work
     metrics = metrics or MetricOptions()
     if len(prompts) != settings.n:
@@ -144,13 +146,17 @@ def run_eval(
         # 3. generate, sampler by sampler
         jobs = plan(settings)
         worker = _Worker(pipe, settings, prompts, out, folders, log, show=progress and state.is_main_process)
-        for spec in run_order(settings.samplers):
-            todo = [job for job in jobs if job.sampler == spec and job.key not in done]
-            with state.split_between_processes(todo) as mine:
-                worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
-            wait_for_everyone(state)
-            if state.is_main_process:
-                print(summary_line(spec, settings.samplers, read_records(out, own)), flush=True)
+        with pool if pool is not None else contextlib.nullcontext():
+            for spec in run_order(settings.samplers):
+                todo = [job for job in jobs if job.sampler == spec and job.key not in done]
+                if pool is not None:
+                    pool.run(spec, todo, batch_size)
+                else:
+                    with state.split_between_processes(todo) as mine:
+                        worker.run(spec, instances[spec], mine, batch_size, state.num_processes)
+                wait_for_everyone(state)
+                if state.is_main_process:
+                    print(summary_line(spec, settings.samplers, read_records(out, own)), flush=True)
         if not state.is_main_process:
             state.destroy_process_group()
             return None
@@ -164,6 +170,17 @@ def run_eval(
         result = write_report(out, settings, records, results, info, pipe, command, grid_prompts)
         state.destroy_process_group()
         return result
+
+
+class ImagePool(Protocol):
+    """Workers that make a run's images into its folder, as this process would (started on `__enter__`,
+    stopped on `__exit__`): `run` makes `jobs` of sampler `spec` and returns once all are recorded."""
+
+    def __enter__(self) -> ImagePool: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+    def run(self, spec: str, jobs: list[Job], batch_size: int) -> None: ...
 
 
 def check_calls(

@@ -30,7 +30,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +68,37 @@ class ApiError(Exception):
         self.status, self.message, self.kind, self.param = status, message, kind, param
         self.headers = dict(headers or {})
 
+    def __reduce__(self) -> tuple:  # its own arguments, not `Exception.args`: it crosses processes (Ray)
+        return ApiError, (self.status, self.message, self.kind, self.param, self.headers)
+
     def response(self) -> JSONResponse:
         body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
         return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What a request's checks need of a served model's engine: the images one call may ask for and the
+    images its queue holds."""
+
+    max_images: int  # the pipeline's `limits.max_images_per_call`
+    max_queue: int
+
+    @classmethod
+    def of(cls, engine: Engine) -> ModelLimits:
+        return cls(engine.pipe.limits.max_images_per_call, engine.max_queue)
+
+
+@dataclass(frozen=True)
+class Images:
+    """A request's answer: its images as base64 PNGs and, per image, what decoded it."""
+
+    b64_json: list[str]
+    stats: list[dict[str, Any]]
+
+
+Disconnected = Callable[[], Awaitable[bool]]  # whether the client has gone (`Request.is_disconnected`)
+MakeImages = Callable[["ImagesRequest", Disconnected], Awaitable[Images]]
 
 
 @dataclass(frozen=True)
@@ -86,11 +114,11 @@ class ImagesRequest:
     sampling: SamplingOptions  # None numbers: the model's; the engine resolves and checks them together
 
     @classmethod
-    def parse(cls, body: Any, engines: Mapping[str, Engine]) -> ImagesRequest:
+    def parse(cls, body: Any, models: Mapping[str, ModelLimits]) -> ImagesRequest:
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         _refuse_unknown(body)
-        model = _model(body, engines)
+        model = _model(body, models)
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise ApiError(
@@ -99,7 +127,7 @@ class ImagesRequest:
         user = body.get("user")
         if user is not None and not isinstance(user, str):
             raise ApiError(400, f"user must be a string, got {checks.shown(user)}", param="user")
-        n = _n(body.get("n", 1), engines[model])
+        n = _n(body.get("n", 1), models[model])
         response_format = body.get("response_format", "b64_json")
         if response_format != "b64_json":
             raise ApiError(
@@ -122,24 +150,24 @@ def _refuse_unknown(body: dict) -> None:
     raise ApiError(400, f"unsupported field(s) {named}{more}; allowed: {allowed}", param=unknown[0][:60])
 
 
-def _model(body: dict, engines: Mapping[str, Engine]) -> str:
-    model = body.get("model", next(iter(engines)))
-    if not isinstance(model, str) or model not in engines:
+def _model(body: dict, models: Mapping[str, ModelLimits]) -> str:
+    model = body.get("model", next(iter(models)))
+    if not isinstance(model, str) or model not in models:
         raise ApiError(
-            400, f"unknown model {checks.shown(model)}; this server has {', '.join(engines)}", param="model"
+            400, f"unknown model {checks.shown(model)}; this server has {', '.join(models)}", param="model"
         )
     return model
 
 
-def _n(value: Any, engine: Engine) -> int:
-    most = engine.pipe.limits.max_images_per_call
+def _n(value: Any, limits: ModelLimits) -> int:
+    most = limits.max_images
     if not checks.is_integer(value) or not 1 <= value <= most:
         raise ApiError(400, f"n must be an integer from 1 to {most}, got {checks.shown(value)}", param="n")
-    if value > engine.max_queue:
+    if value > limits.max_queue:
         raise ApiError(
             400,
-            f"n={value} is more images than this server's queue holds (max_queue={engine.max_queue}), so it "
-            f"could never be accepted; ask for at most {engine.max_queue}",
+            f"n={value} is more images than this server's queue holds (max_queue={limits.max_queue}), so it "
+            f"could never be accepted; ask for at most {limits.max_queue}",
             param="n",
         )
     return value
@@ -228,6 +256,31 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
     `Authorization: Bearer KEY` on every route but `/health` (compared in constant time)."""
     if not engines:
         raise ValueError("the server needs at least one model")
+
+    async def images(parsed: ImagesRequest, disconnected: Disconnected) -> Images:
+        return await generate_images(engines[parsed.model], parsed, disconnected, api_key)
+
+    async def health() -> JSONResponse:
+        models = {name: _health(engine) for name, engine in engines.items()}
+        ok = all(model["state"] == "running" for model in models.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "failed", "models": models}, status_code=200 if ok else 503
+        )
+
+    limits = {name: ModelLimits.of(engine) for name, engine in engines.items()}
+    return api_app(lambda: limits, images, health, api_key=api_key)
+
+
+def api_app(
+    models: Callable[[], Mapping[str, ModelLimits]],
+    images: MakeImages,
+    health: Callable[[], Awaitable[JSONResponse]],
+    *,
+    api_key: str | None = None,
+) -> FastAPI:
+    """The API's routes, errors and key check over whatever makes the images: `models()` the served models'
+    limits (asked per request: a distributed server learns them from its replicas), `images` the answer to
+    a checked request, `health` the `GET /health` response."""
     app = FastAPI(
         title="arjet", description="OpenAI images API over arjet's engines", docs_url=None, redoc_url=None
     )
@@ -254,52 +307,66 @@ def create_app(engines: Mapping[str, Engine], *, api_key: str | None = None) -> 
             )
 
     @app.get("/health")
-    async def health() -> JSONResponse:
-        models = {name: _health(engine) for name, engine in engines.items()}
-        ok = all(model["state"] == "running" for model in models.values())
-        return JSONResponse(
-            {"status": "ok" if ok else "failed", "models": models}, status_code=200 if ok else 503
-        )
+    async def health_route() -> JSONResponse:
+        return await health()
 
     @app.get("/v1/models", dependencies=[Depends(authorised)])
     async def list_models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "arjet"} for name in engines],
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "arjet"} for name in models()],
         }
 
     @app.post("/v1/images/generations", dependencies=[Depends(authorised)])
     async def generate(request: Request) -> JSONResponse:
-        parsed = ImagesRequest.parse(await read_json(request), engines)
-        engine, started = engines[parsed.model], time.time()
-        submitted = _submit(engine, parsed)
-        try:
-            results = await _wait(request, submitted)
-        finally:
-            for item in submitted:
-                item.cancel()  # a no-op for finished ones; frees the lanes of the rest
-        try:  # rendered off the event loop and the decode thread
-            images = await asyncio.to_thread(_encode, results)
-        except (
-            Exception
-        ) as error:  # the served model's fault (a VQ decoder that overflows), not the request's
-            logger.error("rendering %d image(s) failed", len(results), exc_info=error)
-            raise _model_fault("the images could not be rendered from their codes", error, api_key) from None
-        stats = [
-            {
-                "seed": parsed.seed + i,
-                "sampler": result.stats.sampler,
-                "forward_passes": result.stats.forward_passes,
-                "seconds": result.stats.seconds,
-                "queued_seconds": result.queued,
-            }
-            for i, result in enumerate(results)
-        ]
+        parsed = ImagesRequest.parse(await read_json(request), models())
+        started = time.time()
+        answer = await images(parsed, request.is_disconnected)
         return JSONResponse(
-            {"created": int(started), "data": [{"b64_json": image} for image in images], "arjet": stats}
+            {
+                "created": int(started),
+                "data": [{"b64_json": image} for image in answer.b64_json],
+                "arjet": answer.stats,
+            }
         )
 
     return app
+
+
+async def generate_images(
+    engine: Engine, parsed: ImagesRequest, disconnected: Disconnected, api_key: str | None = None
+) -> Images:
+    """`parsed`'s images from `engine` (ApiError for a refusal or a failure; the images are cancelled when
+    `disconnected()` says the client left, or when this coroutine is cancelled)."""
+    results = await decoded(engine, parsed, disconnected)
+    try:  # rendered off the event loop and the decode thread
+        images = await asyncio.to_thread(_encode, results)
+    except Exception as error:  # the served model's fault (a VQ decoder that overflows), not the request's
+        logger.error("rendering %d image(s) failed", len(results), exc_info=error)
+        raise model_fault("the images could not be rendered from their codes", error, api_key) from None
+    return Images(images, [image_stats(parsed.seed + i, result) for i, result in enumerate(results)])
+
+
+async def decoded(engine: Engine, parsed: ImagesRequest, disconnected: Disconnected) -> list[EngineResult]:
+    """`parsed`'s engine results (their codes; images rendered on first read): ApiError for a refusal or a
+    failure; the images are cancelled when the client leaves or this coroutine is cancelled."""
+    submitted = _submit(engine, parsed)
+    try:
+        return await _wait(disconnected, submitted)
+    finally:
+        for item in submitted:
+            item.cancel()  # a no-op for finished ones; frees the lanes of the rest
+
+
+def image_stats(seed: int, result: EngineResult) -> dict[str, Any]:
+    """What the response says of one image (its `arjet` entry)."""
+    return {
+        "seed": seed,
+        "sampler": result.stats.sampler,
+        "forward_passes": result.stats.forward_passes,
+        "seconds": result.stats.seconds,
+        "queued_seconds": result.queued,
+    }
 
 
 def _health(engine: Engine) -> dict[str, Any]:
@@ -362,7 +429,7 @@ def _refusal(error: Exception) -> Exception:
     return error
 
 
-async def _wait(request: Request, submitted: list) -> list[EngineResult]:
+async def _wait(disconnected: Disconnected, submitted: list) -> list[EngineResult]:
     """The engine results, polling for the client's disconnect (which cancels the images)."""
     futures = [asyncio.wrap_future(item.future) for item in submitted]
     for future in futures:  # an image cancelled after its client left fails later: nobody awaits it then
@@ -370,7 +437,7 @@ async def _wait(request: Request, submitted: list) -> list[EngineResult]:
     pending = set(futures)
     while pending:
         _, pending = await asyncio.wait(pending, timeout=0.05)
-        if pending and await request.is_disconnected():
+        if pending and await disconnected():
             for item in submitted:
                 item.cancel()
             raise ApiError(499, "the client disconnected")
@@ -384,7 +451,7 @@ async def _wait(request: Request, submitted: list) -> list[EngineResult]:
         raise ApiError(503, f"this model's engine stopped ({error})", "server_error") from None
 
 
-def _model_fault(what: str, error: Exception, api_key: str | None) -> ApiError:
+def model_fault(what: str, error: Exception, api_key: str | None) -> ApiError:
     """A 500 that says what failed and why: the error's own message on one line, without the folders of any
     absolute path or the API key (the traceback stays in the server's log)."""
     said = " ".join(str(error).split())
@@ -398,9 +465,11 @@ def _model_fault(what: str, error: Exception, api_key: str | None) -> ApiError:
 
 def _encode(results: list[EngineResult]) -> list[str]:
     """Each result's image (rendered here, in a worker thread) as a base64 PNG."""
-    encoded = []
-    for result in results:
-        buffer = io.BytesIO()
-        result.image.save(buffer, format="PNG")
-        encoded.append(base64.b64encode(buffer.getvalue()).decode("ascii"))
-    return encoded
+    return [png_base64(result.image) for result in results]
+
+
+def png_base64(image: Any) -> str:
+    """A PIL image as a base64 PNG (the API's `b64_json`)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
