@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs arjet with everything its test suite, evaluation, demo and training need:
+# Installs arjet with everything its test suite, evaluation, demo, training and quantized weights need:
 # the Python package (editable) with all extras, and Debian's Chromium for the demo's browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."

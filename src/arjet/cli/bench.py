@@ -366,6 +366,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
         height=args.height,
         width=args.width,
         seed=args.seed,
+        quantization=args.quantize,
     )
 
 

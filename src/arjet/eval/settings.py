@@ -34,6 +34,7 @@ class EvalSettings:
     width: int | None = None
     sampling: SamplingOptions = SamplingOptions()  # None numbers: the model's; temperature 1 unless set
     dtype: str | None = None
+    quantization: str | None = None  # the AR decoder's weights quantized so (`arjet.Quantization`), or not
     compile: bool | str = False  # the pipeline's `compile=` (rounding may differ from eager: part of a run)
     version: int = 1  # of this layout
 

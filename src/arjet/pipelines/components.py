@@ -17,11 +17,14 @@ import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import checks
 from ..machine import available_bytes, check_fits_in_memory, module_bytes
 from .loading import is_packaged
+
+if TYPE_CHECKING:
+    from ..quantize import Quantization
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
@@ -47,6 +50,8 @@ def load_component(
     *,
     strict: bool = True,
     unread: tuple[str, ...] = (),
+    quantization: Quantization | None = None,
+    quantized: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Any:
     """`model_class.from_pretrained(folder, **kwargs)` for the pipeline component `component`; ValueError
@@ -57,8 +62,20 @@ def load_component(
     Before any weight is read, the model the folder's config describes is built on the meta device and
     refused when it could not fit in memory; a weights file holding pickled objects other than tensors
     (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder, and so are
-    weights that are not finite (`check_finite`), with `strict=False` too."""
+    weights that are not finite (`check_finite`), with `strict=False` too.
+
+    `quantization`: quantize the linear layers under the module paths `quantized` as their tensors are read
+    (transformers' torchao quantizer), so that the float weights of one layer at a time are in memory, never
+    the whole model's."""
     config = read_config(model_class, folder, component)
+    if quantization is not None:
+        import torch
+
+        from ..quantize import linear_names
+
+        with torch.device("meta"):
+            names = linear_names(_build(model_class, config), quantized)
+        kwargs["quantization_config"] = quantization.loading_config(names)
     if not is_packaged(folder):  # the package's own models are known to be small
         what = f"the config of component {component!r} ({model_class.__name__}) in {folder}"
         dtype = _load_dtype(folder, kwargs.get("dtype"))
