@@ -205,3 +205,64 @@ def test_negative_control_a_wrong_rule_on_the_quantized_model_is_rejected(quanti
     pipe, exact = quantized_joint
     wrong = SJD(window=3, acceptance=Lantern(k=2, delta=0.25))
     assert goodness_of_fit(_draw(pipe, wrong, samples=4 * SAMPLES), exact) < REJECT_BELOW
+
+
+# -- loading that fits: one float layer at a time ---------------------------------------------------------
+PEAK_SCRIPT = """
+import json, sys, threading, time
+import torch, torchao.quantization, transformers, diffusers
+from arjet.pipelines import ARPipeline, JanusPipeline
+from arjet.quantize import weight_bytes
+
+def anonymous():  # resident memory of this process's own (not file-backed) pages
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+
+peak, done = [0], threading.Event()
+def watch():
+    while not done.is_set():
+        peak[0] = max(peak[0], anonymous())
+        time.sleep(0.002)
+
+base = anonymous()
+watcher = threading.Thread(target=watch)
+watcher.start()
+pipe = ARPipeline.from_pretrained(sys.argv[1], quantization="int8")
+done.set()
+watcher.join()
+print(json.dumps({"peak": max(peak[0], anonymous()) - base, "weights": weight_bytes(pipe.model)}))
+"""
+
+
+@pytest.mark.slow
+def test_loading_quantized_holds_the_quantized_weights_and_one_float_layer(tmp_path):
+    """A Janus of about 400 MB in float32, six 60-MB layers: its int8 load may grow the process's anonymous
+    memory by at most the quantized weights plus one float layer (the one being read) and 64 MB of slack,
+    which is far below the float model, so a whole float copy made first would fail. The weights stay
+    safetensors: the folder holds no pickle, before or after."""
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from small_presets import small_preset
+
+    from arjet.machine import module_bytes
+
+    preset = small_preset("janus-pro-7b")
+    decoder = dataclasses.replace(preset.decoder, hidden=1024, ffn=4096, heads=8, kv_heads=8, layers=6)
+    pipe = arjet.random_pipeline(dataclasses.replace(preset, decoder=decoder), device="cpu")
+    float_bytes = module_bytes(pipe.model)
+    layer = module_bytes(pipe.model.model.language_model.layers[0])
+    pipe.save_pretrained(tmp_path)
+    del pipe
+    run = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, str(tmp_path)], capture_output=True, text=True, env=os.environ
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    measured = json.loads(run.stdout.strip().splitlines()[-1])
+    bound = measured["weights"] + layer + (64 << 20)
+    assert measured["peak"] < bound < float_bytes
+    assert not [path for path in tmp_path.rglob("*") if path.suffix in (".bin", ".pt", ".pth", ".pkl")]

@@ -10,10 +10,12 @@ the pipelines set threads from these figures, and the loaders refuse a model tha
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,38 @@ def module_bytes(module: Any, dtype: Any = None) -> int:
     tensors = {id(t): t for t in [*module.parameters(), *module.buffers()]}.values()
     size = None if dtype is None else torch.empty((), dtype=dtype).element_size()
     return sum(t.numel() * (size if size and t.is_floating_point() else t.element_size()) for t in tensors)
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Inside this block, parameters registered on any module are moved to the meta device (no memory, no
+    init work) while buffers (rotary frequencies, position ids: small, computed from the config) are built
+    for real."""
+    from torch import nn
+
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def release_freed_memory() -> None:
+    """Hand the memory this process has freed back to the system (glibc's `malloc_trim`; nothing elsewhere).
+    A loader that frees a large float tensor per layer would otherwise keep the freed blocks in its heap:
+    glibc raises its mmap threshold as such blocks are freed, so later ones come from the heap and stay."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
 
 
 def text_config(config: Any) -> Any:

@@ -109,16 +109,6 @@ class Quantization:
             return Int4WeightOnlyConfig(group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d")
         return Float8WeightOnlyConfig()
 
-    def loading_config(self, names: Iterable[str]) -> Any:
-        """transformers' `TorchAoConfig` quantizing the linear layers `names` (module paths) as
-        `from_pretrained` reads their tensors: one layer in float at a time, never the whole model."""
-        from torchao.quantization import FqnToConfig
-        from transformers import TorchAoConfig
-
-        config = self.config()
-        # by each weight's own name: a layer's name would quantize its bias too
-        return TorchAoConfig(quant_type=FqnToConfig({f"{name}.weight": config for name in names}))
-
     def apply(self, module: nn.Module, prefixes: tuple[str, ...]) -> None:
         """Quantize, in place, the linear layers of `module` under the module paths `prefixes` (a ValueError
         when one of them is quantized already)."""

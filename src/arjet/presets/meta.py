@@ -10,30 +10,16 @@ parameters on `device` in `dtype`, puts the buffers there, and fills every float
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from ..machine import parameters_on_meta
+
+__all__ = ["materialize_random_", "parameters_on_meta", "required_bytes"]
+
 RANDOM_STD = 0.02  # the usual initializer range of these models' configs
-
-
-@contextmanager
-def parameters_on_meta() -> Iterator[None]:
-    """Inside this block, parameters registered on any module are moved to the meta device."""
-    register = nn.Module.register_parameter
-
-    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None and param.device.type != "meta":
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = register_on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
 
 
 def materialize_random_(
