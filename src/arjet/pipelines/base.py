@@ -88,9 +88,9 @@ class BaseARPipeline(DiffusionPipeline):
     model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
     model_class: ClassVar[type] = object
     ar_component: ClassVar[str] = "model"  # the component holding the AR model (`model_class`)
-    # the module paths in the AR component whose linear layers `quantization=` quantizes: the decoder's
-    # layers and the code head (never embeddings, norms or the VQ)
-    quantized_modules: ClassVar[tuple[str, ...]] = ()
+    # what `quantization=` quantizes: component -> the module paths whose linear layers it quantizes (the AR
+    # decoder's layers and its code head; never embeddings, norms or the VQ; "" is every linear layer)
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {}
     default_guidance_scale: ClassVar[float] = 1.0
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
@@ -234,8 +234,7 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{' or '.join(option.__name__ for option in classes)}"
                 )
             extra = {} if dtype is None else {"dtype": dtype}
-            if name == cls.ar_component:
-                extra.update(cls.quantizing(quantization))
+            extra.update(cls.quantizing(quantization, name))
             unread = cls.unread_weights.get(name, ())
             loaded[name] = load_component(
                 chosen[0], folder / name, name, strict=strict, unread=unread, **extra
@@ -275,18 +274,17 @@ class BaseARPipeline(DiffusionPipeline):
             strict=strict,
             unread=unread,
             dtype=dtype or "auto",
-            **cls.quantizing(quantization),
+            **cls.quantizing(quantization, cls.ar_component),
         ).eval()
         return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
 
     @classmethod
-    def quantizing(cls, quantization: Quantization | None) -> dict[str, Any]:
-        """`load_component`'s keywords that quantize the AR component as it loads (none without
-        `quantization`); int4 and fp8 quantize on the GPU, so their weights load there."""
-        if quantization is None:
+    def quantizing(cls, quantization: Quantization | None, component: str) -> dict[str, Any]:
+        """`load_component`'s keywords that quantize `component` as it loads (none without `quantization`,
+        or for a component `quantized_modules` does not name)."""
+        if quantization is None or component not in cls.quantized_modules:
             return {}
-        placed = {} if quantization.device == "cpu" else {"device_map": {"": quantization.device}}
-        return {"quantization": quantization, "quantized": cls.quantized_modules, **placed}
+        return {"quantization": quantization, "quantized": cls.quantized_modules[component]}
 
     def quantize(self, quantization: str | Quantization) -> BaseARPipeline:
         """Quantize the AR decoder's linear layers and its code head (`quantized_modules`) in place, and the
@@ -296,11 +294,11 @@ class BaseARPipeline(DiffusionPipeline):
         quantization = Quantization.parse(quantization)
         if quantization is None:
             raise ValueError("quantize needs a scheme: one of int8, int4, fp8")
-        model = self.components[self.ar_component]
         quantization.check(self.device, self.dtype)
         if quantization.drafter:
             self.check_drafter_quantizable()
-        quantization.apply(model, self.quantized_modules)
+        for name, paths in self.quantized_modules.items():
+            quantization.apply(self.components[name], paths)
         self.quantization = quantization
         if quantization.drafter:
             self.quantize_drafter(quantization)

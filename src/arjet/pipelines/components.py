@@ -157,8 +157,8 @@ def load_quantized(
 def _safetensors_files(folder: str | Path) -> list[Path]:
     """The safetensors files of a checkpoint folder (one file, or the shards its index names)."""
     folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
+    index = next(iter(sorted(folder.glob("*.safetensors.index.json"))), None)  # transformers' or diffusers'
+    if index is not None:
         shards = checks.read_json(index).get("weight_map", {}).values()
         return [folder / name for name in sorted(set(shards))]
     files = sorted(folder.glob("*.safetensors"))

@@ -71,16 +71,25 @@ def random_pipeline(
     with parameters_on_meta():
         pipe = _BUILDERS[preset.family](preset, size)
     pipe.grid_for(*size)  # the family's own size rules, before any memory is allocated
-    quantized = set() if quantization is None else linear_names(pipe.model, pipe.quantized_modules)
+    quantized = _quantized_linears(pipe, quantization)
     if device.type != "meta":
-        _check_memory(
-            preset, _modules(pipe), device, dtype, _saved_bytes(pipe, quantized, quantization, dtype)
-        )
+        saved = _saved_bytes(pipe, quantized, quantization, dtype)
+        _check_memory(preset, _modules(pipe), device, dtype, saved)
         for offset, module in enumerate(_modules(pipe)):
-            each = _quantizer(quantization, quantized) if module is pipe.model else None
+            each = _quantizer(quantization, quantized.get(id(module), set()))
             materialize_random_(module, device, dtype, seed=seed + offset, each=each)
     pipe.quantization = quantization
     return pipe
+
+
+def _quantized_linears(pipe: BaseARPipeline, quantization: Quantization | None) -> dict[int, set[str]]:
+    """The paths of the linear layers `quantization` quantizes, by the id of the component holding them."""
+    if quantization is None:
+        return {}
+    return {
+        id(pipe.components[name]): linear_names(pipe.components[name], paths)
+        for name, paths in pipe.quantized_modules.items()
+    }
 
 
 def _quantizer(quantization: Quantization | None, names: set[str]):
@@ -96,13 +105,20 @@ def _quantizer(quantization: Quantization | None, names: set[str]):
 
 
 def _saved_bytes(
-    pipe: BaseARPipeline, names: set[str], quantization: Quantization | None, dtype: torch.dtype
+    pipe: BaseARPipeline,
+    quantized: dict[int, set[str]],
+    quantization: Quantization | None,
+    dtype: torch.dtype,
 ) -> int:
-    """Bytes the quantized layers `names` of the AR model take less than their float weights would."""
+    """Bytes the quantized linear layers (`_quantized_linears`) take less than their float weights would."""
     if quantization is None:
         return 0
     size = torch.empty((), dtype=dtype).element_size()
-    weights = (pipe.model.get_submodule(name).weight.numel() for name in names)
+    weights = (
+        module.get_submodule(name).weight.numel()
+        for module in _modules(pipe)
+        for name in quantized.get(id(module), ())
+    )
     return int(sum(count * (size - quantization.bytes_per_weight) for count in weights))
 
 
