@@ -276,3 +276,21 @@ def test_glm_images_diffusion_stage_is_quantized_and_draws_the_image():
     assert sum(is_quantized(p) for p in pipe.transformer.parameters()) > 0
     image = pipe(PROMPT, seed=0, num_inference_steps=1).images[0]
     assert image.size[0] > 0
+
+
+def test_the_engines_lanes_decode_quantized_weights_as_a_call_alone():
+    from arjet.engine import Engine
+
+    pipe = tiny_pipeline("janus", grid=(4, 4), vocab_size=8, logit_scale=3.0).quantize("int8")
+    pipe.set_progress_bar_config(disable=True)
+    prompts, seeds = ["a red circle", "star", "a blue square on a green background"], [10, 11, 12]
+    alone = [
+        pipe(prompt, sampler="sjd:window=3", seed=seed, output_type="latent", compile=False).codes[0]
+        for prompt, seed in zip(prompts, seeds, strict=True)
+    ]
+    with Engine(pipe, lanes=2, prompt_tokens=32) as engine:
+        requests = [
+            engine.submit(p, sampler="sjd:window=3", seed=s) for p, s in zip(prompts, seeds, strict=True)
+        ]
+        results = [request.result(timeout=120).codes for request in requests]
+    assert all(torch.equal(got, want) for got, want in zip(results, alone, strict=True))
