@@ -101,12 +101,19 @@ def kv_bytes_per_token(config: Any, dtype: Any) -> int | None:
 
 
 def check_fits_in_memory(
-    what: str, build: Callable[[], Any], dtype: Any = None, device: Any = "cpu", *, copies: int = 1
+    what: str,
+    build: Callable[[], Any],
+    dtype: Any = None,
+    device: Any = "cpu",
+    *,
+    copies: int = 1,
+    saved: Callable[[Any], int] | None = None,
 ) -> None:
     """Refuse, before anything is allocated, a model that `build()` would make too large for `device`:
     `build` runs on the meta device (sizes only), and a ValueError names `what`, the bytes it would take
     (`copies` times its weights: training keeps gradients and optimizer moments too) and the memory free. A
-    `build` that fails there is a config that describes no model (ValueError too)."""
+    `build` that fails there is a config that describes no model (ValueError too). `saved(module)`: bytes
+    the weights take less than `module_bytes` counts (quantized layers)."""
     import torch
 
     try:
@@ -115,7 +122,8 @@ def check_fits_in_memory(
     except (ValueError, TypeError, RuntimeError, KeyError, AttributeError, ZeroDivisionError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{what} does not describe a model that can be built ({reason})") from None
-    needed, free = copies * module_bytes(module, dtype), available_bytes(device)
+    needed = copies * module_bytes(module, dtype) - (0 if saved is None else saved(module))
+    free = available_bytes(device)
     if free is not None and needed > free:
         count = sum(t.numel() for t in module.parameters())
         raise ValueError(

@@ -109,6 +109,15 @@ class Quantization:
             return Int4WeightOnlyConfig(group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d")
         return Float8WeightOnlyConfig()
 
+    def saved_bytes(self, module: nn.Module, prefixes: tuple[str, ...], dtype: torch.dtype) -> int:
+        """Bytes the linear layers of `module` under `prefixes` take less quantized than in `dtype` (their
+        scales aside); works on a module built on the meta device."""
+        import torch
+
+        size = torch.empty((), dtype=dtype).element_size()
+        weights = (module.get_submodule(name).weight.numel() for name in linear_names(module, prefixes))
+        return int(sum(count * (size - self.bytes_per_weight) for count in weights))
+
     def apply(self, module: nn.Module, prefixes: tuple[str, ...]) -> None:
         """Quantize, in place, the linear layers of `module` under the module paths `prefixes` (a ValueError
         when one of them is quantized already)."""

@@ -73,7 +73,8 @@ def load_component(
         what = f"the config of component {component!r} ({model_class.__name__}) in {folder}"
         dtype = _load_dtype(folder, kwargs.get("dtype"))
         check_layers_fit(what, lambda sized: _build(model_class, sized), config, dtype)
-        check_fits_in_memory(what, lambda: _build(model_class, config), dtype)
+        saved = None if quantization is None else lambda m: quantization.saved_bytes(m, quantized, dtype)
+        check_fits_in_memory(what, lambda: _build(model_class, config), dtype, saved=saved)
     with _readable_weights(component, folder):
         if quantization is not None:
             dtype = _load_dtype(folder, kwargs.get("dtype"))

@@ -73,7 +73,7 @@ def random_pipeline(
     pipe.grid_for(*size)  # the family's own size rules, before any memory is allocated
     quantized = _quantized_linears(pipe, quantization)
     if device.type != "meta":
-        saved = _saved_bytes(pipe, quantized, quantization, dtype)
+        saved = _saved_bytes(pipe, quantization, dtype)
         _check_memory(preset, _modules(pipe), device, dtype, saved)
         for offset, module in enumerate(_modules(pipe)):
             each = _quantizer(quantization, quantized.get(id(module), set()))
@@ -104,22 +104,12 @@ def _quantizer(quantization: Quantization | None, names: set[str]):
     return quantize
 
 
-def _saved_bytes(
-    pipe: BaseARPipeline,
-    quantized: dict[int, set[str]],
-    quantization: Quantization | None,
-    dtype: torch.dtype,
-) -> int:
-    """Bytes the quantized linear layers (`_quantized_linears`) take less than their float weights would."""
+def _saved_bytes(pipe: BaseARPipeline, quantization: Quantization | None, dtype: torch.dtype) -> int:
+    """Bytes the linear layers `quantization` quantizes take less than their float weights would."""
     if quantization is None:
         return 0
-    size = torch.empty((), dtype=dtype).element_size()
-    weights = (
-        module.get_submodule(name).weight.numel()
-        for module in _modules(pipe)
-        for name in quantized.get(id(module), ())
-    )
-    return int(sum(count * (size - quantization.bytes_per_weight) for count in weights))
+    components = pipe.quantized_modules.items()
+    return sum(quantization.saved_bytes(pipe.components[name], paths, dtype) for name, paths in components)
 
 
 def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
