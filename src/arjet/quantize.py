@@ -164,7 +164,7 @@ def is_quantized(tensor: torch.Tensor) -> bool:
     import torch
     from torch import nn
 
-    return type(tensor) not in (torch.Tensor, nn.Parameter)
+    return isinstance(tensor, torch.Tensor) and type(tensor) not in (torch.Tensor, nn.Parameter)
 
 
 def weight_bytes(module: nn.Module) -> int:
