@@ -26,7 +26,7 @@ LAYERS = (
     ("algorithms and codecs", ("samplers", "vq", "addons")),
     ("the decoding contract", ("session",)),
     ("domain and pictures", ("data", "reports")),
-    ("foundation", ("checks", "limits", "machine", "weights")),
+    ("foundation", ("checks", "limits", "machine", "quantize", "weights")),
 )
 LEVEL = {part: len(LAYERS) - index for index, (_, parts) in enumerate(LAYERS) for part in parts}
 DYNAMIC_IMPORTS = {"import_module", "__import__", "run_module", "run_path"}

@@ -21,6 +21,7 @@ __all__ = [
     "JanusPipeline",
     "Limits",
     "LuminaMGPTPipeline",
+    "Quantization",
     "available_models",
     "available_presets",
     "load",
@@ -41,6 +42,7 @@ SUBMODULES = (
     "limits",
     "pipelines",
     "presets",
+    "quantize",
     "reports",
     "samplers",
     "session",
@@ -64,6 +66,7 @@ if typing.TYPE_CHECKING:
         LuminaMGPTPipeline,
     )
     from .presets import available_presets, random_pipeline
+    from .quantize import Quantization
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -73,6 +76,8 @@ def __getattr__(name: str) -> typing.Any:
         home = _submodule("builtin")
     elif name == "Limits":
         home = _submodule("limits")
+    elif name == "Quantization":
+        home = _submodule("quantize")
     elif name == "Drafter":
         home = _submodule("addons")
     elif name in ("available_presets", "random_pipeline"):
@@ -97,6 +102,8 @@ def _submodule(name: str) -> typing.Any:
         import arjet.builtin as module
     elif name == "checks":
         import arjet.checks as module
+    elif name == "quantize":
+        import arjet.quantize as module
     elif name == "data":
         import arjet.data as module
     elif name == "eval":

@@ -10,10 +10,12 @@ the pipelines set threads from these figures, and the loaders refuse a model tha
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,38 @@ def module_bytes(module: Any, dtype: Any = None) -> int:
     return sum(t.numel() * (size if size and t.is_floating_point() else t.element_size()) for t in tensors)
 
 
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Inside this block, parameters registered on any module are moved to the meta device (no memory, no
+    init work) while buffers (rotary frequencies, position ids: small, computed from the config) are built
+    for real."""
+    from torch import nn
+
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def release_freed_memory() -> None:
+    """Hand the memory this process has freed back to the system (glibc's `malloc_trim`; nothing elsewhere).
+    A loader that frees a large float tensor per layer would otherwise keep the freed blocks in its heap:
+    glibc raises its mmap threshold as such blocks are freed, so later ones come from the heap and stay."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
+
+
 def text_config(config: Any) -> Any:
     """The decoder's part of a transformers model config: its `text_config` where it has one (Janus, Emu3,
     GLM-Image), else the config itself (Chameleon, Llama)."""
@@ -67,12 +101,19 @@ def kv_bytes_per_token(config: Any, dtype: Any) -> int | None:
 
 
 def check_fits_in_memory(
-    what: str, build: Callable[[], Any], dtype: Any = None, device: Any = "cpu", *, copies: int = 1
+    what: str,
+    build: Callable[[], Any],
+    dtype: Any = None,
+    device: Any = "cpu",
+    *,
+    copies: int = 1,
+    saved: Callable[[Any], int] | None = None,
 ) -> None:
     """Refuse, before anything is allocated, a model that `build()` would make too large for `device`:
     `build` runs on the meta device (sizes only), and a ValueError names `what`, the bytes it would take
     (`copies` times its weights: training keeps gradients and optimizer moments too) and the memory free. A
-    `build` that fails there is a config that describes no model (ValueError too)."""
+    `build` that fails there is a config that describes no model (ValueError too). `saved(module)`: bytes
+    the weights take less than `module_bytes` counts (quantized layers)."""
     import torch
 
     try:
@@ -81,7 +122,8 @@ def check_fits_in_memory(
     except (ValueError, TypeError, RuntimeError, KeyError, AttributeError, ZeroDivisionError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{what} does not describe a model that can be built ({reason})") from None
-    needed, free = copies * module_bytes(module, dtype), available_bytes(device)
+    needed = copies * module_bytes(module, dtype) - (0 if saved is None else saved(module))
+    free = available_bytes(device)
     if free is not None and needed > free:
         count = sum(t.numel() for t in module.parameters())
         raise ValueError(

@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import pickle
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
+
+from .quantize import is_quantized
 
 
 def load_tensors(path: str | os.PathLike, what: str, provide: str) -> dict[str, torch.Tensor]:
@@ -44,7 +46,7 @@ def check_finite(what: str, module: torch.nn.Module) -> None:
     every code as 0): a ValueError naming `what` (whose weights: "the weights of component 'model' ... in
     FOLDER") and the first such tensor. One pass over the weights in place, a reduction per tensor: far
     cheaper than reading them from disk was."""
-    for name, weight in module.named_parameters():
+    for name, weight in _plain_tensors(module):
         if weight.is_floating_point() and weight.device.type != "meta" and not torch.isfinite(weight).all():
             bad = int((~torch.isfinite(weight)).sum())
             raise ValueError(
@@ -52,6 +54,17 @@ def check_finite(what: str, module: torch.nn.Module) -> None:
                 f"{weight.numel():,}; the checkpoint is corrupt or its training diverged. Load a checkpoint "
                 "with finite weights"
             )
+
+
+def _plain_tensors(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """`module`'s parameters by name, a quantized one (a tensor subclass) as the plain tensors it holds
+    (its integer data, scales: a NaN weight quantizes to a NaN scale)."""
+    for name, weight in module.named_parameters():
+        if is_quantized(weight):
+            inner, _ = weight.__tensor_flatten__()
+            yield from ((f"{name}.{part}", getattr(weight, part)) for part in inner)
+        else:
+            yield name, weight
 
 
 def _load_safetensors(path: Path, what: str, provide: str) -> dict[str, torch.Tensor]:

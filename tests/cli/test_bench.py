@@ -267,3 +267,12 @@ def test_bench_warns_when_others_keep_the_one_other_core_busy(extra, tmp_path, m
         "seconds and latency speedups measure the machine's load as much as the samplers; rerun when the "
         "machine is quiet"
     ]
+
+
+def test_bench_times_a_quantized_random_weight_architecture(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "small-janus", small_preset("janus-pro-1b"))
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--arch", "small-janus", "--random-weights", "--device", "cpu", "--quantize", "int8"]
+    assert main([*argv, "--n", "1", "--samplers", "ar", "--json", str(out)]) == 0
+    assert "(small-janus, random weights, int8 over torch.float32)" in capsys.readouterr().out
+    assert json.loads(out.read_text())["environment"]["quantization"] == "int8"

@@ -250,3 +250,25 @@ def test_a_model_folder_whose_config_is_not_a_regular_file_is_refused_in_one_lin
     error = capsys.readouterr().err
     assert error.startswith("arjet generate: error: ") and error.count("\n") == 1, error
     assert "config.json is not a regular file (a directory, FIFO, socket or device)" in error
+
+
+def test_generate_with_int8_weights_writes_the_builtin_models_image(tmp_path, capsys):
+    out = tmp_path / "quantized.png"
+    assert cli.main(["generate", PROMPT, "--quantize", "int8", "--device", "cpu", "--out", str(out)]) == 0
+    assert "saved" in capsys.readouterr().out
+    assert PIL.Image.open(out).size == (64, 64)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without CUDA")
+def test_a_quantization_without_a_kernel_here_is_one_line_before_loading(monkeypatch, capsys):
+    from arjet.pipelines import base
+
+    monkeypatch.setattr(
+        base, "load_component", lambda *a, **k: pytest.fail("weights read before the refusal")
+    )
+    assert cli.main(["generate", PROMPT, "--quantize", "fp8", "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith("arjet generate: error: fp8 quantization needs a CUDA GPU")
+        and error.count("\n") == 1
+    )

@@ -23,7 +23,7 @@ def started(monkeypatch):
     warm-up and listening."""
     events = []
     pipe = tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0)
-    monkeypatch.setattr(builtin, "load_model", lambda source, device=None: pipe)
+    monkeypatch.setattr(builtin, "load_model", lambda source, device=None, quantization=None: pipe)
     monkeypatch.setattr(Engine, "warm_up", lambda self, *a, **k: events.append("warm_up"))
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: events.append(app))
     monkeypatch.delenv(API_KEY_VARIABLE, raising=False)

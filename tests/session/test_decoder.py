@@ -38,8 +38,13 @@ def test_every_family_uses_its_own_stack(family):
     assert isinstance(_session(pipe).decoder, LlamaStackDecoder)
 
 
-def test_own_stack_and_transformers_module_give_the_same_logits(family):
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_own_stack_and_transformers_module_give_the_same_logits(family, quantization):
+    """With `quantization`, both run the same quantized weights: the stack calls the quantized linear (no
+    float copy, no transformers module) and must agree with transformers' modules calling it."""
     pipe = tiny_pipeline(family, grid=GRID, vocab_size=8, logit_scale=3.0)
+    if quantization is not None:
+        pipe.quantize(quantization)
     adapter = pipe.session_adapter()
     fallback = TransformersDecoder(adapter.hidden_states, adapter.num_layers)
     sessions = [_session(pipe), _session(pipe, fallback)]

@@ -56,11 +56,13 @@ class ModelShelf:
         device: str | None = None,
         config: EngineConfig = DEMO_ENGINE,
         clock: Callable[[], float] = time.monotonic,
+        quantization: str | None = None,
     ):
         if not models:
             raise ValueError("the demo needs at least one model")
         self.sources = dict(models)
         self.device = device
+        self.quantization = quantization  # every model's AR weights quantized so (`arjet.Quantization`)
         self.config = model_engine(config)
         self.clock = clock
         self._loaded: dict[str, Any] = {}
@@ -72,7 +74,7 @@ class ModelShelf:
             raise ValueError(f"Unknown model {label!r}; choose one of {', '.join(self.sources)}.")
         with self._lock:
             if label not in self._loaded:
-                pipe = load_model(self.sources[label], device=self.device)
+                pipe = load_model(self.sources[label], device=self.device, quantization=self.quantization)
                 pipe.set_progress_bar_config(disable=True)
                 pipe.limits = DEMO_LIMITS
                 self._loaded[label] = pipe
@@ -124,16 +126,18 @@ def build_demo(
     *,
     max_prompt_chars: int = DEMO_LIMITS.max_prompt_chars,
     clock: Callable[[], float] = time.monotonic,
+    quantization: str | None = None,
     **overrides: Any,
 ) -> gr.Blocks:
     """The demo over `models` ({label: built-in name or local checkpoint folder}; default: the built-ins),
     taking on what `config` says (default `DEMO_ENGINE`; `overrides`: any of its fields by name):
     `lanes` visitors served at once (their images share each model's engine, `model_engine`), `max_queue`
     visitors who may wait beyond them, `time_limit` seconds an image may take from its request before it
-    is stopped (None: no limit), measured with `clock`."""
+    is stopped (None: no limit), measured with `clock`. `quantization`: every model's AR weights quantized
+    so as they load (`"int8"`, ...)."""
     config = replace(config or DEMO_ENGINE, **overrides)
     lanes = config.lanes
-    shelf = ModelShelf(models or default_models(), device, config, clock)
+    shelf = ModelShelf(models or default_models(), device, config, clock, quantization)
     names = samplers.available()
     budget = Budget(config.time_limit)
 

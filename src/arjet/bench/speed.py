@@ -101,6 +101,7 @@ def environment(pipe, call_kwargs: dict[str, Any]) -> dict[str, Any]:
         "pipeline": type(pipe).__name__,
         "device": str(device),
         "dtype": str(pipe.dtype),
+        "quantization": None if pipe.quantization is None else pipe.quantization.scheme,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),

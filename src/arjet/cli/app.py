@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     apply_threads(args)
     device = args.device or default_device()
-    demo = build_demo(choices, device=device, config=config)
+    demo = build_demo(choices, device=device, config=config, quantization=args.quantize)
     try:
         demo.shelf.warm_up()  # a model that does not load is refused here, before listening
         serve(demo, args.host, args.port)

@@ -216,7 +216,10 @@ def _call(sampling: SamplingOptions, **more: Any) -> dict[str, Any]:
 def _print_table(result, prompts: list[str], specs: list[str], arch: str | None, path) -> None:
     env = result.environment
     model = f"{arch}, random weights" if arch else env["pipeline"]
-    print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({model}, {env['dtype']})")
+    weights = (
+        env["dtype"] if env.get("quantization") is None else f"{env['quantization']} over {env['dtype']}"
+    )
+    print(f"\n{len(prompts)} prompts x {len(specs)} samplers on {env['device']} ({model}, {weights})")
     print(result.table())
     print(
         "peak memory: CUDA max allocated (weights included); CPU: peak resident memory added during a generation"
@@ -366,6 +369,7 @@ def _random_pipeline(args: argparse.Namespace, arch: str):
         height=args.height,
         width=args.width,
         seed=args.seed,
+        quantization=args.quantize,
     )
 
 

@@ -305,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
         height=args.height,
         width=args.width,
         dtype=args.dtype,
+        quantization=args.quantize,
         compile=compile,
         sampling=sampling,
     )

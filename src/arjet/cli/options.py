@@ -32,6 +32,7 @@ from ..limits import (
     EngineConfig,
 )
 from ..pipelines.loading import DTYPES
+from ..quantize import INSTALL, SCHEMES
 from . import types
 from .threads import apply_threads
 
@@ -90,7 +91,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="weights dtype (default: the checkpoint's; float32 for the built-in models)",
     )
+    add_quantize_argument(parser)
     add_threads_argument(parser)
+
+
+def add_quantize_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quantize",
+        choices=SCHEMES,
+        default=None,
+        help="quantize the AR decoder's linear layers and code head as the weights load (torchao): int8 "
+        f"(CPU, CUDA), int4 (CUDA), fp8 (CUDA, compute capability >= 8.9); needs `{INSTALL}`",
+    )
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
@@ -287,12 +299,15 @@ def sampling_options(args: argparse.Namespace, defaults: SamplingOptions | None 
 
 
 def load_pipeline(args: argparse.Namespace):
-    """The pipeline `--model` names, in `--dtype`, on `--device` (default: cuda if available, else cpu)."""
+    """The pipeline `--model` names, in `--dtype`, quantized as `--quantize` says, on `--device` (default:
+    cuda if available, else cpu)."""
     from ..builtin import load_model
     from ..pipelines.loading import default_device
 
     apply_threads(args)
-    return load_model(args.model, device=args.device or default_device(), dtype=args.dtype)
+    return load_model(
+        args.model, device=args.device or default_device(), dtype=args.dtype, quantization=args.quantize
+    )
 
 
 def json_text(value: Any, indent: int = 2) -> str:
@@ -337,6 +352,7 @@ def add_server_arguments(
         "--port", type=types.int_type(1, 65535), default=port, help=f"TCP port (default {port})"
     )
     parser.add_argument("--model", action="append", default=None, metavar="NAME_OR_PATH", help=models)
+    add_quantize_argument(parser)
     helps = {"max_graphs": MAX_GRAPHS_HELP, **helps}
     kinds = {
         "lanes": types.int_type(1, MAX_LANES),

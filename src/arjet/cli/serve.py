@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     engines = {}
     try:
         for name, source in choices.items():
-            pipe = load_model(source, device=args.device)
+            pipe = load_model(source, device=args.device, quantization=args.quantize)
             pipe.set_progress_bar_config(disable=True)
             engines[name] = Engine(pipe, config).start()
             try:  # the adaptive mode's costs and the throughput, before the first request

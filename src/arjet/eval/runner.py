@@ -258,7 +258,7 @@ def wait_for_everyone(state) -> None:
 def _load_pipeline(settings: EvalSettings, device: torch.device | str):
     from ..builtin import load_model
 
-    pipe = load_model(settings.model, device=device, dtype=settings.dtype)
+    pipe = load_model(settings.model, device=device, dtype=settings.dtype, quantization=settings.quantization)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

@@ -19,6 +19,8 @@ from .. import checks
 from ..samplers import SamplingOptions
 from .atomic import write_text
 
+ADDED_SETTINGS = ("quantization",)  # after layout 1: written only when set
+
 CONFIG_FILE = "config.json"
 
 
@@ -34,6 +36,7 @@ class EvalSettings:
     width: int | None = None
     sampling: SamplingOptions = SamplingOptions()  # None numbers: the model's; temperature 1 unless set
     dtype: str | None = None
+    quantization: str | None = None  # the AR decoder's weights quantized so (`arjet.Quantization`), or not
     compile: bool | str = False  # the pipeline's `compile=` (rounding may differ from eager: part of a run)
     version: int = 1  # of this layout
 
@@ -55,8 +58,10 @@ class EvalSettings:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as config.json holds them (and metrics.json shows them): layout 1, flat."""
-        return _flat({**asdict(self), "sampling": self.sampling})
+        """The settings as config.json holds them (and metrics.json shows them): layout 1, flat; a setting
+        added since (`ADDED_SETTINGS`) only when it is set, so a run without it keeps layout 1's keys."""
+        settings = {**asdict(self), "sampling": self.sampling}
+        return _flat({k: v for k, v in settings.items() if not (k in ADDED_SETTINGS and v is None)})
 
 
 def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:

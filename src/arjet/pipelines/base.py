@@ -32,6 +32,7 @@ from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
 from ..limits import AUTO_COMPILE, DEFAULT_LIMITS, MAX_THREADS, Limits
 from ..machine import text_config
+from ..quantize import Quantization, is_quantized
 from ..samplers import DecodeStats, ImageRandom, Sampler, SamplingOptions, StopFlag, requirements
 from ..session import CompiledDecoder, DecodingSession, ImageLayout, ModelAdapter, Prefix
 from ..session.capture import EagerFallback, compile_mode
@@ -55,7 +56,7 @@ from .prompts import warn_unknown_words
 from .threads import PROCESS_THREADS
 
 # what `from_pretrained` takes besides the hub's options and the pipeline's own components and settings
-LOADING_OPTIONS = ("dtype", "torch_dtype")
+LOADING_OPTIONS = ("dtype", "torch_dtype", "quantization")
 
 # what a pipeline may offer a sampler beyond the session's contract (a sampler declares what it needs in
 # `requires`); each says what the capability is, for the message when a model lacks it
@@ -87,6 +88,9 @@ class BaseARPipeline(DiffusionPipeline):
     model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
     model_class: ClassVar[type] = object
     ar_component: ClassVar[str] = "model"  # the component holding the AR model (`model_class`)
+    # what `quantization=` quantizes: component -> the module paths whose linear layers it quantizes (the AR
+    # decoder's layers and its code head; never embeddings, norms or the VQ; "" is every linear layer)
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {}
     default_guidance_scale: ClassVar[float] = 1.0
     default_top_k: ClassVar[int | None] = None
     supports_negative_prompt: ClassVar[bool] = False
@@ -105,6 +109,7 @@ class BaseARPipeline(DiffusionPipeline):
     _eager_fallback: EagerFallback | None = None  # see `eager_fallback`
     _adaptive_windows: dict | None = None  # sampler="adaptive": the window per call shape (`adaptive.py`)
     _limits: Limits = DEFAULT_LIMITS  # `limits`, checked when set
+    quantization: Quantization | None = None  # the scheme the weights were quantized with (`quantize`)
     call_frames: ClassVar[int] = 0  # calls a family's own `__call__` adds before this one (for warnings)
 
     @property
@@ -135,7 +140,11 @@ class BaseARPipeline(DiffusionPipeline):
         missing from the folder or not in the model are a ValueError naming the component and some keys.
         `strict=False` loads what matches and leaves the rest at its random initialisation. Before anything
         loads, the folder's files are checked by their headers (`checks.check_checkpoint_files`): a JSON file
-        malformed or nested too deep, a weights file cut short is a ValueError naming it."""
+        malformed or nested too deep, a weights file cut short is a ValueError naming it.
+
+        `quantization="int8"` (`"int4"`, `"fp8"`, an `arjet.Quantization`): the AR decoder's linear layers and
+        its code head quantized through torchao as the checkpoint's tensors are read (see `quantize`); a
+        scheme this machine cannot run is refused before any weight is read."""
         checks.boolean("strict", strict)
         with quiet_loading():
             return cls._load(pretrained_model_name_or_path, strict, kwargs)
@@ -143,6 +152,24 @@ class BaseARPipeline(DiffusionPipeline):
     @classmethod
     def _load(cls, pretrained_model_name_or_path: str, strict: bool, kwargs: dict[str, Any]):
         cls.check_loading_options(kwargs)
+        quantization = Quantization.parse(kwargs.pop("quantization", None))
+        if quantization is not None:
+            quantization.check(quantization.device, kwargs.get("dtype", kwargs.get("torch_dtype")))
+        pipe = cls._load_weights(pretrained_model_name_or_path, strict, kwargs, quantization)
+        if quantization is not None:
+            pipe.quantization = quantization
+            if quantization.drafter:
+                pipe.quantize_drafter(quantization)
+        return pipe
+
+    @classmethod
+    def _load_weights(
+        cls,
+        pretrained_model_name_or_path: str,
+        strict: bool,
+        kwargs: dict[str, Any],
+        quantization: Quantization | None,
+    ):
         folder = resolve_checkpoint(
             pretrained_model_name_or_path, **{k: kwargs[k] for k in HUB_OPTIONS if k in kwargs}
         )
@@ -157,13 +184,15 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{folder} holds a saved {name}, not a {cls.__name__}: load it with "
                     f"{name}.from_pretrained(...) or arjet.ARPipeline.from_pretrained(...), which picks the class"
                 )
-            components = cls.weight_components(folder, strict, kwargs)
+            components = cls.weight_components(folder, strict, kwargs, quantization)
             return super().from_pretrained(folder, **kwargs, **components)
         if name != cls.model_type:
             raise ValueError(
                 f"{folder} holds a {name!r} model; {cls.__name__} loads {cls.model_type!r} checkpoints"
             )
-        return cls(**cls.components_from_transformers(folder, strict=strict, **kwargs))
+        return cls(
+            **cls.components_from_transformers(folder, strict=strict, quantization=quantization, **kwargs)
+        )
 
     @classmethod
     def check_loading_options(cls, options: dict[str, Any]) -> None:
@@ -181,10 +210,13 @@ class BaseARPipeline(DiffusionPipeline):
             )
 
     @classmethod
-    def weight_components(cls, folder: Path, strict: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def weight_components(
+        cls, folder: Path, strict: bool, kwargs: dict[str, Any], quantization: Quantization | None = None
+    ) -> dict[str, Any]:
         """The weight components a saved pipeline folder names (model, VQ, noise conditioning ...), each loaded
         with its loader's report checked (`arjet.pipelines.components`); diffusers then assembles the
-        pipeline from them and loads the rest (tokenizers). Components passed in `kwargs` are kept."""
+        pipeline from them and loads the rest (tokenizers). Components passed in `kwargs` are kept. The AR
+        component is quantized as it loads when `quantization` says so."""
         index = cls.load_config(folder)
         hints = typing.get_type_hints(cls.__init__)
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
@@ -202,6 +234,7 @@ class BaseARPipeline(DiffusionPipeline):
                     f"{' or '.join(option.__name__ for option in classes)}"
                 )
             extra = {} if dtype is None else {"dtype": dtype}
+            extra.update(cls.quantizing(quantization, name))
             unread = cls.unread_weights.get(name, ())
             loaded[name] = load_component(
                 chosen[0], folder / name, name, strict=strict, unread=unread, **extra
@@ -218,10 +251,16 @@ class BaseARPipeline(DiffusionPipeline):
 
     @classmethod
     def components_from_transformers(
-        cls, folder, dtype: torch.dtype | None = None, *, strict: bool = True, **kwargs: Any
+        cls,
+        folder,
+        dtype: torch.dtype | None = None,
+        *,
+        strict: bool = True,
+        quantization: Quantization | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
-        """The pipeline's components built from a bare transformers checkpoint folder (`strict`: see
-        `from_pretrained`)."""
+        """The pipeline's components built from a bare transformers checkpoint folder (`strict`,
+        `quantization`: see `from_pretrained`)."""
         from transformers import AutoTokenizer
 
         dtype = kwargs.pop("torch_dtype", dtype)
@@ -229,9 +268,63 @@ class BaseARPipeline(DiffusionPipeline):
             raise ValueError(f"unexpected arguments for {cls.__name__}.from_pretrained: {sorted(kwargs)}")
         unread = cls.unread_weights.get("model", ())
         model = load_component(
-            cls.model_class, folder, "model", strict=strict, unread=unread, dtype=dtype or "auto"
+            cls.model_class,
+            folder,
+            "model",
+            strict=strict,
+            unread=unread,
+            dtype=dtype or "auto",
+            **cls.quantizing(quantization, cls.ar_component),
         ).eval()
         return {"model": model, "tokenizer": AutoTokenizer.from_pretrained(folder)}
+
+    @classmethod
+    def quantizing(cls, quantization: Quantization | None, component: str) -> dict[str, Any]:
+        """`load_component`'s keywords that quantize `component` as it loads (none without `quantization`,
+        or for a component `quantized_modules` does not name)."""
+        if quantization is None or component not in cls.quantized_modules:
+            return {}
+        return {"quantization": quantization, "quantized": cls.quantized_modules[component]}
+
+    def quantize(self, quantization: str | Quantization) -> BaseARPipeline:
+        """Quantize the AR decoder's linear layers and its code head (`quantized_modules`) in place, and the
+        drafter's with `Quantization(..., drafter=True)`; returns the pipeline. A scheme this machine cannot
+        run, or weights quantized already, is a one-line ValueError. `from_pretrained(path,
+        quantization=...)` quantizes as it reads the checkpoint instead, never holding the float model."""
+        quantization = Quantization.parse(quantization)
+        if quantization is None:
+            raise ValueError("quantize needs a scheme: one of int8, int4, fp8")
+        quantization.check(self.device, self.dtype)
+        if quantization.drafter:
+            self.check_drafter_quantizable()
+        for name, paths in self.quantized_modules.items():
+            quantization.apply(self.components[name], paths)
+        self.quantization = quantization
+        if quantization.drafter:
+            self.quantize_drafter(quantization)
+        return self
+
+    def check_drafter_quantizable(self) -> None:
+        if self.drafter is None:
+            raise ValueError(
+                "Quantization(drafter=True) quantizes the pipeline's drafter, and this pipeline has none"
+            )
+
+    def quantize_drafter(self, quantization: Quantization) -> None:
+        """Quantize every linear layer of the drafter (its fusion and its block)."""
+        self.check_drafter_quantizable()
+        quantization.apply(self.drafter, ("",))
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        """diffusers' save, refused for quantized weights: arjet writes safetensors only, and a quantized
+        weight is a tensor subclass safetensors cannot hold (saving it would pickle it)."""
+        for name, component in self.components.items():
+            if isinstance(component, torch.nn.Module) and any(map(is_quantized, component.parameters())):
+                raise ValueError(
+                    f"component {name!r} holds quantized weights, which arjet does not save (only safetensors of "
+                    "plain tensors): save the float pipeline and load it with from_pretrained(..., quantization=...)"
+                )
+        super().save_pretrained(*args, **kwargs)
 
     # -- family hooks -------------------------------------------------------------------------------
     def native_size(self) -> tuple[int, int]:

@@ -9,6 +9,7 @@ caller passes `strict=False`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import pickle
@@ -17,11 +18,14 @@ import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import checks
 from ..machine import available_bytes, check_fits_in_memory, module_bytes
 from .loading import is_packaged
+
+if TYPE_CHECKING:
+    from ..quantize import Quantization
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
@@ -47,6 +51,8 @@ def load_component(
     *,
     strict: bool = True,
     unread: tuple[str, ...] = (),
+    quantization: Quantization | None = None,
+    quantized: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Any:
     """`model_class.from_pretrained(folder, **kwargs)` for the pipeline component `component`; ValueError
@@ -57,15 +63,23 @@ def load_component(
     Before any weight is read, the model the folder's config describes is built on the meta device and
     refused when it could not fit in memory; a weights file holding pickled objects other than tensors
     (which torch refuses to unpickle with `weights_only=True`) is a ValueError naming the folder, and so are
-    weights that are not finite (`check_finite`), with `strict=False` too."""
+    weights that are not finite (`check_finite`), with `strict=False` too.
+
+    `quantization`: quantize the linear layers under the module paths `quantized` as their tensors are read
+    (`load_quantized`), so that the float weights of one layer at a time are in memory, never the whole
+    model's."""
     config = read_config(model_class, folder, component)
     if not is_packaged(folder):  # the package's own models are known to be small
         what = f"the config of component {component!r} ({model_class.__name__}) in {folder}"
         dtype = _load_dtype(folder, kwargs.get("dtype"))
         check_layers_fit(what, lambda sized: _build(model_class, sized), config, dtype)
-        check_fits_in_memory(what, lambda: _build(model_class, config), dtype)
+        saved = None if quantization is None else lambda m: quantization.saved_bytes(m, quantized, dtype)
+        check_fits_in_memory(what, lambda: _build(model_class, config), dtype, saved=saved)
     with _readable_weights(component, folder):
-        if not strict:
+        if quantization is not None:
+            dtype = _load_dtype(folder, kwargs.get("dtype"))
+            model, report = load_quantized(model_class, config, folder, dtype, quantization, quantized)
+        elif not strict:
             model = model_class.from_pretrained(folder, **kwargs)
         else:
             with _quiet(REPORT_LOGGERS):
@@ -76,6 +90,105 @@ def load_component(
         check_load_report(component, model_class, folder, report, unread)
     check_finite(component, model_class, folder, model)
     return model
+
+
+def load_quantized(
+    model_class: Any,
+    config: Any,
+    folder: str | Path,
+    dtype: Any,
+    quantization: Quantization,
+    quantized: tuple[str, ...],
+) -> tuple[Any, dict[str, list]]:
+    """The model `config` describes, with the weights of the safetensors files in `folder` read one module at
+    a time (floating ones in `dtype`): each linear layer under the module paths `quantized` is quantized as
+    soon as its weight is read and its float weight dropped, so the float weights of one layer at a time are
+    in memory, besides what stays float (embeddings, norms, the VQ). On `quantization.device`. Returns the
+    model and a loader's report (`check_load_report`); a weight the folder lacks is left zero."""
+    import torch
+    from safetensors import safe_open
+
+    from ..machine import parameters_on_meta, release_freed_memory
+    from ..quantize import linear_names
+
+    with parameters_on_meta():
+        model = _build(model_class, config)
+    chosen = linear_names(model, quantized)
+    device = torch.device(quantization.device)
+    names_of: dict[int, list[str]] = {}  # a parameter shared by several modules (tied weights) has several
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(param), []).append(name)
+    report: dict[str, list] = {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": []}
+    with contextlib.ExitStack() as files:
+        where = {
+            key: opened
+            for path in _safetensors_files(folder)
+            for opened in [files.enter_context(safe_open(str(path), "pt", device="cpu"))]
+            for key in opened.keys()  # noqa: SIM118 (a safetensors file is no mapping)
+        }
+        shared: dict[int, torch.nn.Parameter] = {}
+        for path, module in model.named_modules():
+            for name, param in module._parameters.items():
+                if param is not None:
+                    made = shared.get(id(param))
+                    if made is None:
+                        made = torch.nn.Parameter(
+                            _read(where, names_of[id(param)], param, dtype, device, report)
+                        )
+                        if len(names_of[id(param)]) > 1:
+                            shared[id(param)] = made
+                    module._parameters[name] = made
+            for name, buffer in module._buffers.items():
+                key = f"{path}.{name}" if path else name
+                if buffer is not None:
+                    found = where[key].get_tensor(key) if key in where else buffer
+                    module._buffers[name] = found.to(device=device, dtype=_cast(found, dtype))
+            if path in chosen:
+                quantization.apply(module, ("",))
+                release_freed_memory()  # the float weight just dropped
+        known = {name for names in names_of.values() for name in names} | dict(model.named_buffers()).keys()
+        report["unexpected_keys"] = sorted(set(where) - known)
+    if (Path(folder) / "generation_config.json").is_file():
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    return model.eval(), report
+
+
+def _safetensors_files(folder: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (one file, or the shards its index names)."""
+    folder = Path(folder)
+    index = next(iter(sorted(folder.glob("*.safetensors.index.json"))), None)  # transformers' or diffusers'
+    if index is not None:
+        shards = checks.read_json(index).get("weight_map", {}).values()
+        return [folder / name for name in sorted(set(shards))]
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError(
+            f"{folder} holds no .safetensors weights; quantized loading reads safetensors only (save the model "
+            "with save_pretrained, which writes them)"
+        )
+    return files
+
+
+def _read(where: dict, names: list[str], param: Any, dtype: Any, device: Any, report: dict) -> Any:
+    """The checkpoint's tensor for a parameter known by `names` (the first the files hold), on `device`,
+    floating in `dtype`; zeros of its shape, reported missing or mismatched, where there is none that fits."""
+    import torch
+
+    key = next((name for name in names if name in where), None)
+    tensor = None if key is None else where[key].get_tensor(key)
+    if tensor is None or tensor.shape != param.shape:
+        if tensor is None:
+            report["missing_keys"].extend(names)
+        else:
+            report["mismatched_keys"].append((key, tuple(tensor.shape), tuple(param.shape)))
+        return torch.zeros(param.shape, dtype=_cast(param, dtype), device=device)
+    return tensor.to(device=device, dtype=_cast(tensor, dtype))
+
+
+def _cast(tensor: Any, dtype: Any) -> Any:
+    return dtype if tensor.is_floating_point() else tensor.dtype
 
 
 def check_finite(component: str, model_class: Any, folder: str | Path, model: Any) -> None:

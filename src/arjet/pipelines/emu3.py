@@ -51,6 +51,9 @@ class Emu3Pipeline(BaseARPipeline):
 
     model_type: ClassVar[str] = "emu3"
     model_class: ClassVar[type] = Emu3ForConditionalGeneration
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {
+        "model": ("model.text_model.layers", "lm_head"),
+    }
     model_cpu_offload_seq = "model"
     default_guidance_scale: ClassVar[float] = 3.0
     default_top_k: ClassVar[int | None] = 2048

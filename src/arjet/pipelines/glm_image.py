@@ -96,6 +96,10 @@ class GlmImagePipeline(BaseARPipeline):
 
     model_type: ClassVar[str] = "glm_image"
     model_class: ClassVar[type] = GlmImageForConditionalGeneration
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {
+        "vision_language_encoder": ("model.language_model.layers", "lm_head"),
+        "transformer": ("",),  # the diffusion stage (DiT): every linear layer
+    }
     model_cpu_offload_seq = "vision_language_encoder->text_encoder->transformer->vae"
     ar_component: ClassVar[str] = "vision_language_encoder"
     classifier_free_guidance: ClassVar[bool] = False

@@ -79,6 +79,13 @@ class JanusPipeline(BaseARPipeline):
 
     model_type: ClassVar[str] = "janus"
     model_class: ClassVar[type] = JanusForConditionalGeneration
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {
+        "model": (
+            "model.language_model.layers",
+            "model.generation_aligner",
+            "model.generation_head",
+        ),
+    }
     model_cpu_offload_seq = "model"
     default_guidance_scale: ClassVar[float] = 5.0
     prompt_template: ClassVar[str] = "<|User|>: {prompt}\n\n<|Assistant|>:"

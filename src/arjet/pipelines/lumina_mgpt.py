@@ -92,6 +92,9 @@ class LuminaMGPTPipeline(BaseARPipeline):
 
     model_type: ClassVar[str] = "chameleon"
     model_class: ClassVar[type] = ChameleonForConditionalGeneration
+    quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {
+        "model": ("model.layers", "lm_head"),
+    }
     model_cpu_offload_seq = "model->vqgan"
     default_guidance_scale: ClassVar[float] = 3.0
     default_top_k: ClassVar[int | None] = 2000

@@ -22,6 +22,7 @@ from .. import checks
 from ..machine import available_bytes
 from ..pipelines.base import BaseARPipeline
 from ..pipelines.text_tokenizer import build_word_tokenizer
+from ..quantize import Quantization, linear_names
 from .meta import materialize_random_, parameters_on_meta, required_bytes
 from .table import DecoderDims, Preset, get_preset
 
@@ -34,6 +35,7 @@ def random_pipeline(
     height: int | None = None,
     width: int | None = None,
     seed: int = 0,
+    quantization: str | Quantization | None = None,
 ) -> BaseARPipeline:
     """The family's arjet pipeline over architecture `arch` (a name from `available_presets()`, or a
     `Preset`, e.g. a scaled-down `dataclasses.replace` of one) with seeded random weights.
@@ -43,7 +45,9 @@ def random_pipeline(
     CUDA, float32 elsewhere. `seed` seeds the weights. `height` / `width` (pixels) set the pipeline's
     default image size (default: the checkpoint's). Janus's code grid is part of its VQ config, so a Janus
     preset is built for the requested size (square, a multiple of 16 px); Emu3 and Lumina-mGPT keep the
-    checkpoint's sizing rules and only change the default size.
+    checkpoint's sizing rules and only change the default size. `quantization` (`"int8"`, `"int4"`, `"fp8"`):
+    the AR decoder's linear layers and code head quantized one at a time as they are filled (`pipe.quantize`),
+    so the float model never exists whole; refused before anything is allocated where it cannot run.
     """
     preset = arch if isinstance(arch, Preset) else get_preset(arch)
     try:
@@ -61,14 +65,51 @@ def random_pipeline(
     if not checks.is_integer(seed):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     size = _size(preset, height, width)
+    quantization = Quantization.parse(quantization)
+    if quantization is not None and device.type != "meta":
+        quantization.check(device, dtype)
     with parameters_on_meta():
         pipe = _BUILDERS[preset.family](preset, size)
     pipe.grid_for(*size)  # the family's own size rules, before any memory is allocated
+    quantized = _quantized_linears(pipe, quantization)
     if device.type != "meta":
-        _check_memory(preset, _modules(pipe), device, dtype)
+        saved = _saved_bytes(pipe, quantization, dtype)
+        _check_memory(preset, _modules(pipe), device, dtype, saved)
         for offset, module in enumerate(_modules(pipe)):
-            materialize_random_(module, device, dtype, seed=seed + offset)
+            each = _quantizer(quantization, quantized.get(id(module), set()))
+            materialize_random_(module, device, dtype, seed=seed + offset, each=each)
+    pipe.quantization = quantization
     return pipe
+
+
+def _quantized_linears(pipe: BaseARPipeline, quantization: Quantization | None) -> dict[int, set[str]]:
+    """The paths of the linear layers `quantization` quantizes, by the id of the component holding them."""
+    if quantization is None:
+        return {}
+    return {
+        id(pipe.components[name]): linear_names(pipe.components[name], paths)
+        for name, paths in pipe.quantized_modules.items()
+    }
+
+
+def _quantizer(quantization: Quantization | None, names: set[str]):
+    """`materialize_random_`'s `each`: quantize the linear layers `names` as soon as they are filled."""
+    if quantization is None:
+        return None
+
+    def quantize(path: str, layer: torch.nn.Module) -> None:
+        if path in names:
+            quantization.apply(layer, ("",))
+
+    return quantize
+
+
+def _saved_bytes(pipe: BaseARPipeline, quantization: Quantization | None, dtype: torch.dtype) -> int:
+    """Bytes the linear layers `quantization` quantizes take less than their float weights would."""
+    if quantization is None:
+        return 0
+    components = pipe.quantized_modules.items()
+    return sum(quantization.saved_bytes(pipe.components[name], paths, dtype) for name, paths in components)
 
 
 def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
@@ -86,9 +127,10 @@ def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
 
 
 def _check_memory(
-    preset: Preset, modules: list[torch.nn.Module], device: torch.device, dtype: torch.dtype
+    preset: Preset, modules: list[torch.nn.Module], device: torch.device, dtype: torch.dtype, saved: int = 0
 ) -> None:
-    needed = sum(required_bytes(module, dtype) for module in modules)
+    """Refuse weights that would not fit on `device` (`saved`: bytes quantization takes off)."""
+    needed = sum(required_bytes(module, dtype) for module in modules) - saved
     free = available_bytes(device)
     if free is not None and needed > free:
         raise ValueError(

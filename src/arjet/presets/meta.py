@@ -9,30 +9,17 @@ parameters on `device` in `dtype`, puts the buffers there, and fills every float
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import Counter
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from ..machine import parameters_on_meta
+
+__all__ = ["materialize_random_", "parameters_on_meta", "required_bytes"]
+
 RANDOM_STD = 0.02  # the usual initializer range of these models' configs
-
-
-@contextmanager
-def parameters_on_meta() -> Iterator[None]:
-    """Inside this block, parameters registered on any module are moved to the meta device."""
-    register = nn.Module.register_parameter
-
-    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None and param.device.type != "meta":
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = register_on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
 
 
 def materialize_random_(
@@ -41,28 +28,40 @@ def materialize_random_(
     dtype: torch.dtype,
     seed: int = 0,
     std: float = RANDOM_STD,
+    *,
+    each: Callable[[str, nn.Module], None] | None = None,
 ) -> nn.Module:
     """Allocate `module`'s parameters (uninitialised, like `to_empty`) on `device`, floating ones in `dtype`,
     and fill them with seeded `normal(0, std)`; buffers keep their values, floating ones cast to `dtype` (as
-    `module.to(dtype)` would). Parameters shared between modules stay shared. In place."""
+    `module.to(dtype)` would). Parameters shared between modules stay shared. In place, one submodule at a
+    time: `each(path, submodule)` runs on every submodule once its own parameters are filled (to quantize a
+    layer before the next is allocated), and a parameter no other module shares is not kept alive here."""
     device = torch.device(device)
-    allocated: dict[int, nn.Parameter] = {}
-    for owner in module.modules():
+    uses = Counter(id(p) for owner in module.modules() for p in owner._parameters.values() if p is not None)
+    shared: dict[int, nn.Parameter] = {}
+    generator = torch.Generator(device=device).manual_seed(seed)
+    for path, owner in module.named_modules():
+        fresh = []
         for name, param in owner._parameters.items():
             if param is None:
                 continue
-            if id(param) not in allocated:
+            made = shared.get(id(param))
+            if made is None:
                 empty = torch.empty(param.shape, dtype=_cast(param, dtype), device=device)
-                allocated[id(param)] = nn.Parameter(empty, requires_grad=param.requires_grad)
-            owner._parameters[name] = allocated[id(param)]
+                made = nn.Parameter(empty, requires_grad=param.requires_grad)
+                fresh.append(made)
+                if uses[id(param)] > 1:
+                    shared[id(param)] = made
+            owner._parameters[name] = made
         for name, buffer in owner._buffers.items():
             if buffer is not None:
                 owner._buffers[name] = buffer.to(device=device, dtype=_cast(buffer, dtype))
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for param in allocated.values():
-            if param.is_floating_point():
-                param.normal_(0.0, std, generator=generator)
+        with torch.no_grad():
+            for param in fresh:
+                if param.is_floating_point():
+                    param.normal_(0.0, std, generator=generator)
+        if each is not None:
+            each(path, owner)
     return module
 
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..machine import available_bytes
+from ..quantize import is_quantized
 from .cache import SlotCache
 
 
@@ -186,9 +187,12 @@ def _forget_packed(slot: int, _: weakref.ref) -> None:
 
 
 def _can_pack(weights: list[torch.Tensor]) -> bool:
+    """Whether oneDNN copies of `weights` are worth making. Never of quantized weights: a copy would be a
+    float one, and `F.linear` on the quantized weight runs its own kernel."""
     first = weights[0]
     return (
-        first.device.type == "cpu"
+        not _any_quantized(weights)
+        and first.device.type == "cpu"
         and first.dtype in (torch.float32, torch.bfloat16)
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -196,10 +200,15 @@ def _can_pack(weights: list[torch.Tensor]) -> bool:
     )
 
 
+def _any_quantized(weights: list[torch.Tensor]) -> bool:
+    return any(is_quantized(w) for w in weights)
+
+
 def _can_stack(weights: list[torch.Tensor]) -> bool:
-    """Whether stacked copies of `weights` (CUDA) fit in `STACK_LIMIT_SHARE` of the free device memory."""
+    """Whether stacked copies of `weights` (CUDA) fit in `STACK_LIMIT_SHARE` of the free device memory (never
+    of quantized weights, as `_can_pack`)."""
     first = weights[0]
-    if first.device.type != "cuda":
+    if first.device.type != "cuda" or _any_quantized(weights):
         return False
     free = available_bytes(first.device)
     copies = sum(w.numel() * w.element_size() for w in weights)
