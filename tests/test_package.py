@@ -34,3 +34,19 @@ def test_dir_shows_the_public_names_and_parts_only():
     assert [name for name in listed if not name.startswith("__")] == sorted(
         {*arjet.__all__, *arjet.SUBMODULES}
     )
+
+
+def test_importing_the_models_with_torchao_installed_prints_nothing():
+    """transformers and diffusers import torchao (the `quant` extra) when it is installed; its deprecation
+    lines would open every command's stderr. arjet filters exactly those lines, nothing else."""
+    pytest.importorskip("torchao")
+    code = (
+        "import arjet, logging\n"
+        "from transformers import LlamaModel\n"
+        "from diffusers import AutoencoderKL\n"
+        "logging.getLogger('torch.utils._pytree').warning('another pytree warning')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()  # torch's log format: `W1129 12:00:00.000 pid file:line] text`
+    assert len(lines) == 1 and lines[0].endswith("] another pytree warning"), done.stderr

@@ -8,9 +8,25 @@ The public names and the subpackages (`arjet.testing`, `arjet.data`, `arjet.eval
 first use, so `import arjet` (and `arjet --help`) needs no torch.
 """
 
+import logging
 import typing
 
 __version__ = "0.1.0"
+
+
+class _KnownNoise(logging.Filter):
+    """Drops the lines transformers' and diffusers' import of torchao (the `quant` extra, imported by them
+    whenever it is installed, quantized or not) logs with torch 2.14 / diffusers 0.42: deprecations arjet
+    cannot act on, which would otherwise open every command's stderr."""
+
+    NOISE = ("is an Enum subclass and is now natively supported", "Unable to import `torchao` Tensor objects")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(text in str(record.msg) for text in self.NOISE)
+
+
+for _logger in ("torch.utils._pytree", "diffusers.quantizers.torchao.torchao_quantizer"):
+    logging.getLogger(_logger).addFilter(_KnownNoise())
 
 __all__ = [
     "ARPipeline",
