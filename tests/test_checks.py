@@ -200,10 +200,20 @@ def _checkpoint(folder: Path) -> Path:
             lambda f: os.truncate(f / "model" / "config.json", 2**40),
             "config.json holds more than 268,435,456",
         ),
+        (
+            lambda f: _sparse(f / "model" / "chat_template.jinja"),
+            "chat_template.jinja holds more than 268,435,456",
+        ),
+        (
+            lambda f: _sparse(f / "model" / "additional_chat_templates" / "tool.jinja"),
+            "tool.jinja holds more than 268,435,456",
+        ),
+        (lambda f: _sparse(f / "model" / "merges.txt"), "merges.txt holds more than 268,435,456"),
     ],
     ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip", "shard-climbs"]
     + ["shard-absolute", "shard-not-a-name", "shard-fifo", "config-fifo", "config-dev-zero", "tokenizer-fifo"]
-    + ["sentencepiece-fifo", "config-1-TiB-sparse"],
+    + ["sentencepiece-fifo", "config-1-TiB-sparse", "chat-template-1-TiB", "nested-template-1-TiB"]
+    + ["merges-1-TiB"],
 )
 def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
     folder = _checkpoint(tmp_path / "model")
@@ -219,6 +229,13 @@ def _shard_index(folder: Path, shard, make=None) -> None:
     (folder / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
     if make is not None:
         make(folder / "model" / shard)
+
+
+def _sparse(path: Path) -> None:
+    """A 1 TiB file of zero bytes that takes no disk (a tokenizer library would read it whole)."""
+    path.parent.mkdir(exist_ok=True)
+    path.touch()
+    os.truncate(path, 2**40)
 
 
 def _fifo(path: Path) -> None:

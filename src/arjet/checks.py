@@ -247,23 +247,30 @@ def json_depth(value: Any) -> int:
     return depth
 
 
-def read_text_file(path: str | os.PathLike) -> bytes:
-    """The bytes of the text file `path` (a config, a tokenizer, a prompt list): ValueError naming it when it
-    is not a regular file (a FIFO or a device would block the read or never end it) or holds more than
-    `MAX_TEXT_FILE_BYTES` (refused before reading; never read past); OSError for one that cannot be read."""
-    path, limit = Path(path), MAX_TEXT_FILE_BYTES
-    if path.exists() and not path.is_file():
-        raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device); give a file")
-    too_large = ValueError(
-        f"{path} holds more than {limit:,} bytes; a config, tokenizer or prompt file is smaller"
-    )
-    if path.exists() and path.stat().st_size > limit:
-        raise too_large
+def read_text_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of the text file `path` (a config, a tokenizer, a prompt list, a run's records): ValueError
+    naming it when it is not a regular file (a FIFO or a device would block the read or never end it) or
+    holds more than `limit` bytes (default `MAX_TEXT_FILE_BYTES`; refused before reading, never read past);
+    OSError for one that cannot be read."""
+    path, limit = Path(path), MAX_TEXT_FILE_BYTES if limit is None else limit
+    check_text_file(path, limit)
     with open(path, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:  # it grew while being read
-        raise too_large
+        raise ValueError(f"{path} holds more than {limit:,} bytes")
     return data
+
+
+def check_text_file(path: str | os.PathLike, limit: int | None = None) -> None:
+    """`read_text_file`'s refusals without the read, for a file another library reads whole: a path that
+    exists but is not a regular file, or one of more than `limit` bytes (default `MAX_TEXT_FILE_BYTES`)."""
+    path, limit = Path(path), MAX_TEXT_FILE_BYTES if limit is None else limit
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device); give a file")
+    if path.exists() and path.stat().st_size > limit:
+        raise ValueError(
+            f"{path} holds more than {limit:,} bytes; a config, tokenizer or prompt file is smaller"
+        )
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -316,24 +323,28 @@ def check_device(text: Any, name: str = "device") -> str:
 TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
-TOKENIZER_SUFFIXES = (".model", ".txt", ".tiktoken")  # sentencepiece, merges / vocab lists, tiktoken
+# sentencepiece, merges / vocab lists, tiktoken, chat templates: files a tokenizer library reads whole
+TOKENIZER_SUFFIXES = (".model", ".txt", ".tiktoken", ".jinja")
 
 
 def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
-    """Refuse a checkpoint folder whose files (its own and its component folders', one level down) a loader
+    """Refuse a checkpoint folder whose files (its own and its component folders', two levels down) a loader
     could not read: a JSON file `json_value` refuses, a safetensors file whose header is unreadable or
     describes more bytes than the file holds (cut short), a torch zip file without its directory (cut
-    short), any of those or of a tokenizer's files that is not a regular file. ValueError naming `name`, the
+    short), any of those that is not a regular file, a tokenizer's file that is not regular or is larger than
+    `MAX_TEXT_FILE_BYTES`. ValueError naming `name`, the
     folder and the file. Reads headers only, never a tensor."""
     root = Path(folder).expanduser()
-    for path in sorted([*root.glob("*"), *root.glob("*/*")]):
+    for path in sorted([*root.glob("*"), *root.glob("*/*"), *root.glob("*/*/*")]):
         suffix = path.suffix.lower()
         if suffix not in (".json", ".safetensors", *TORCH_ZIP_SUFFIXES, *TOKENIZER_SUFFIXES):
             continue
         try:
-            if not path.is_file():  # a loader's read of a FIFO or a device blocks, or never ends
+            if suffix in TOKENIZER_SUFFIXES:
+                check_text_file(path)  # a FIFO blocks the tokenizer's read; a huge file fills memory
+            elif not path.is_file():  # a loader's read of a FIFO or a device blocks, or never ends
                 raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device)")
-            if suffix == ".json":
+            elif suffix == ".json":
                 index = read_json(path)
                 if path.name.endswith(".index.json"):
                     _check_shard_index(path, index)

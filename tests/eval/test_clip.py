@@ -3,6 +3,7 @@ where arjet loads the weights right after, and only that note."""
 
 import json
 import logging
+import os
 import re
 import shutil
 
@@ -66,6 +67,22 @@ def test_a_clip_folder_too_large_for_memory_is_refused_before_its_weights_are_re
     ):
         clip.load_clip(f"domain:{folder}")
     with pytest.raises(ValueError, match="GB, more than the 1 GB of memory free on cpu"):
+        parse_clip_spec_check(f"domain:{folder}")
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"])
+def test_a_clip_folders_tokenizer_file_that_is_huge_or_a_fifo_is_refused_by_name(
+    tiny_clip_dir, tmp_path, name
+):
+    """The sixth re-probe's X7: the tokenizer's files were read whole by open_clip, after the images."""
+    folder = _clip_folder(tiny_clip_dir, tmp_path, (tiny_clip_dir / clip.CONFIG_FILE).read_text())
+    (folder / name).touch()
+    os.truncate(folder / name, 2**40)
+    with pytest.raises(ValueError, match=re.escape(f"{name} holds more than 268,435,456 bytes")):
+        parse_clip_spec_check(f"domain:{folder}")
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    with pytest.raises(ValueError, match=re.escape(f"{name} is not a regular file")):
         parse_clip_spec_check(f"domain:{folder}")
 
 

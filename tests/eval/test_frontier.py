@@ -2,6 +2,7 @@
 files and command that write it."""
 
 import json
+import os
 
 import pytest
 
@@ -107,3 +108,49 @@ def test_a_run_of_several_seeds_and_an_unknown_timed_run_are_refused(runs, tmp_p
         load_points([folder])
     assert main(["frontier", *map(str, runs), "--out", str(tmp_path / "x"), "--timed", "nope"]) == 2
     assert "timed run 'nope' is not among the runs: ['main', 'seed1000']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "metrics, error",
+    [
+        ({}, "is not an `arjet eval` metrics file (no samplers list or seeds)"),
+        ([], "is not an `arjet eval` metrics file"),
+        (None, "is not an `arjet eval` metrics file"),
+        ({"samplers": {}, "settings": {"seeds": [0]}}, "is not an `arjet eval` metrics file"),
+        ({"samplers": [], "settings": {"seeds": ["0"]}}, "is not an `arjet eval` metrics file"),
+        ({"samplers": [5], "settings": {}}, "samplers[0] is not a sampler's row"),
+        ({"samplers": [{"sampler": "ar"}]}, "samplers[0]: forward_passes must be a number > 0, got None"),
+        (
+            {"samplers": [{"sampler": "ar", "forward_passes": -1}]},
+            "forward_passes must be a number > 0, got -1",
+        ),
+        (
+            {"samplers": [{"sampler": "ar", "forward_passes": 0}]},
+            "forward_passes must be a number > 0, got 0",
+        ),
+        (
+            {"samplers": [{"sampler": "a", "forward_passes": 9, "fid": "x"}]},
+            "fid must be a finite number >= 0",
+        ),
+    ],
+)
+def test_a_metrics_file_of_another_shape_is_refused_naming_it(tmp_path, capsys, metrics, error):
+    """The sixth re-probe's X6: such files gave KeyError / TypeError tracebacks."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["frontier", str(tmp_path / "run"), "--out", str(tmp_path / "out")]) == 2
+    message = capsys.readouterr().err
+    assert message.startswith(f"arjet frontier: error: {tmp_path / 'run'}") and error in message, message
+    assert message.count("\n") == 1
+
+
+def test_a_metrics_file_with_nan_forwards_huge_or_a_fifo_is_refused(tmp_path):
+    (tmp_path / "nan").mkdir()
+    (tmp_path / "nan" / "metrics.json").write_text('{"samplers": [{"sampler": "ar", "forward_passes": NaN}]}')
+    with pytest.raises(ValueError, match="forward_passes must be a number > 0, got nan"):
+        load_points([tmp_path / "nan"])
+    (tmp_path / "huge").mkdir()
+    (tmp_path / "huge" / "metrics.json").touch()
+    os.truncate(tmp_path / "huge" / "metrics.json", 2**40)
+    with pytest.raises(ValueError, match="metrics.json holds more than"):
+        load_points([tmp_path / "huge"])

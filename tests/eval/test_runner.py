@@ -308,6 +308,17 @@ def test_a_record_cut_short_is_skipped_and_cut_off_before_appending(tmp_path):
     assert log.path.read_text().count("\n") == 2
 
 
+def test_a_records_log_of_more_than_a_gibibyte_is_refused_before_reading(tmp_path):
+    """The sixth re-probe's X5: a 1 TiB (sparse) log was read whole on resume, a MemoryError traceback."""
+    log = RecordLog(tmp_path, rank=0)
+    log.append({"sampler": "ar", "index": 0, "seed": 0})
+    os.truncate(log.path, 2**40)
+    with pytest.raises(ValueError, match=r"process-0.jsonl holds more than 1,073,741,824 bytes"):
+        read_records(tmp_path)
+    with pytest.raises(ValueError, match=r"holds more than 1,073,741,824 bytes"):
+        RecordLog(tmp_path, rank=0)
+
+
 def test_a_builtin_model_is_recorded_by_its_name(tmp_path):
     out = tmp_path / "builtin"
     (tmp_path / "prompts.txt").write_text("a red circle\n")

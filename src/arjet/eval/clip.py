@@ -86,6 +86,7 @@ class ClipSource:
                 f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
                 f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
             )
+        checks.check_checkpoint_files("the CLIP folder", self.path)  # its tokenizer files too: read whole
         config = _folder_config(self.path)
         _refuse_hub_parts(config, f"the CLIP folder {self.path}")
         text = config.get("text_cfg")

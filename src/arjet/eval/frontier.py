@@ -17,12 +17,14 @@ Glossary:
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio
 
@@ -44,31 +46,56 @@ class Point:
 
 
 def load_points(runs: Sequence[str | os.PathLike]) -> list[Point]:
-    """The points of finished eval run folders (each with `metrics.json`), in the order given."""
+    """The points of finished eval run folders (each with `metrics.json`), in the order given; ValueError
+    naming the file for one that is not such a run's."""
     points = []
     for run in runs:
         path = Path(run) / "metrics.json"
         if not path.is_file():
             raise ValueError(f"{str(run)!r} is not a finished `arjet eval` run: it has no metrics.json")
-        metrics = json.loads(path.read_text())
-        seeds = metrics.get("settings", {}).get("seeds") or [0]
+        metrics = checks.read_json(path)
+        rows = metrics.get("samplers") if isinstance(metrics, dict) else None
+        settings = metrics.get("settings", {}) if isinstance(metrics, dict) else None
+        seeds = settings.get("seeds", [0]) if isinstance(settings, dict) else None
+        if (
+            not isinstance(rows, list)
+            or not isinstance(seeds, list)
+            or not all(map(checks.is_integer, seeds))
+        ):
+            raise ValueError(f"{path} is not an `arjet eval` metrics file (no samplers list or seeds)")
         if len(seeds) != 1:
             raise ValueError(f"{str(run)!r} averages seeds {seeds}: give runs of one seed each")
-        for row in metrics["samplers"]:
-            points.append(
-                Point(
-                    sampler=row["sampler"],
-                    seed=seeds[0],
-                    run=Path(run).name,
-                    fid=row.get("fid"),
-                    clip_score=row.get("clip_score"),
-                    forward_passes=row["forward_passes"],
-                    seconds=row.get("seconds"),
-                )
-            )
+        points += [
+            _point(row, seeds[0], Path(run).name, f"{path}, samplers[{i}]") for i, row in enumerate(rows)
+        ]
     if not points:
         raise ValueError(f"no sampler results in the runs given: {[str(run) for run in runs]}")
     return points
+
+
+def _point(row: Any, seed: int, run: str, where: str) -> Point:
+    """One row of a metrics file, its figures checked: finite numbers (forward passes > 0), or none."""
+    if not isinstance(row, dict) or not isinstance(row.get("sampler"), str):
+        raise ValueError(f"{where} is not a sampler's row (an object with a `sampler` name)")
+
+    def figure(key: str, required: bool = False) -> float | None:
+        value = row.get(key)
+        if value is None and not required:
+            return None
+        if not checks.is_number(value) or not math.isfinite(value) or value < 0 or (required and value == 0):
+            wanted = "a number > 0" if required else "a finite number >= 0 or null"
+            raise ValueError(f"{where}: {key} must be {wanted}, got {checks.shown(value)}")
+        return float(value)
+
+    return Point(
+        sampler=row["sampler"],
+        seed=seed,
+        run=run,
+        fid=figure("fid"),
+        clip_score=figure("clip_score"),
+        forward_passes=figure("forward_passes", required=True),  # type: ignore[arg-type]
+        seconds=figure("seconds"),
+    )
 
 
 def pareto(
