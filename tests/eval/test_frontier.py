@@ -43,6 +43,16 @@ def runs(tmp_path):
     return [main_run, second]
 
 
+def test_a_sampler_at_a_seed_in_several_runs_is_taken_from_the_first(runs, tmp_path):
+    again = run_folder(tmp_path, "again", 0, [("ar", 10.0, 10.0, 256.0, 1.0), ("new", 47.0, 67.0, 70.0, 1.0)])
+    points = load_points([*runs, again])
+    assert [(p.sampler, p.seed, p.run) for p in points if p.sampler in ("ar", "new")] == [
+        ("ar", 0, "main"),
+        ("ar", 1000, "seed1000"),
+        ("new", 0, "again"),
+    ]
+
+
 def test_the_front_keeps_exactly_the_points_nothing_beats_on_both_axes():
     points = [Point(s, 0, "r", fid, None, forwards, None) for s, fid, forwards in
               [("a", 60.0, 50.0), ("b", 50.0, 60.0), ("c", 55.0, 70.0), ("d", 40.0, 100.0), ("e", 40.0, 120.0)]]  # fmt: skip
@@ -74,6 +84,7 @@ def test_write_leaves_the_plot_the_table_and_the_figures(runs, tmp_path):
     figure = write(frontier, tmp_path / "out")
     assert figure.stat().st_size > 10_000
     table = (tmp_path / "out" / "frontier.md").read_text()
+    assert table.startswith("# The speed-quality frontier\n\n![") and "Seconds are `main`'s only" in table
     assert "| `good` | 0 | main | 46.00 | 67.50 | 80.0 | 3.20x | 1.000 | yes | yes |" in table
     assert "| `good` | 1000 | seed1000 | 47.00 | 66.90 | 79.0 | 3.24x | n/a | no | yes |" in table
     assert "| `dominated` | 0 | main | 48.00 | 66.00 | 90.0 | 2.84x | 1.100 | no |  |" in table

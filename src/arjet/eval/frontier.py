@@ -46,8 +46,9 @@ class Point:
 
 
 def load_points(runs: Sequence[str | os.PathLike]) -> list[Point]:
-    """The points of finished eval run folders (each with `metrics.json`), in the order given; ValueError
-    naming the file for one that is not such a run's."""
+    """The points of finished eval run folders (each with `metrics.json`), in the order given; a sampler at a
+    seed that several runs hold is taken from the first of them. ValueError naming the file for one that is
+    not such a run's."""
     points = []
     for run in runs:
         path = Path(run) / "metrics.json"
@@ -70,7 +71,8 @@ def load_points(runs: Sequence[str | os.PathLike]) -> list[Point]:
         ]
     if not points:
         raise ValueError(f"no sampler results in the runs given: {[str(run) for run in runs]}")
-    return points
+    first = {(point.sampler, point.seed): point for point in reversed(points)}
+    return [point for point in points if first[point.sampler, point.seed] is point]
 
 
 def _point(row: Any, seed: int, run: str, where: str) -> Point:
@@ -198,6 +200,20 @@ class Frontier:
         )
         return markdown_table(header, rows, numeric=(False, True, False, True, True, True, True, True))
 
+    def page(self) -> str:
+        """`frontier.md`: the figure, what its axes and shading mean, and the table."""
+        runs = sorted({p.run for p in self.points})
+        spread = ", ".join(
+            f"{QUALITIES[m]} {low:.2f} to {high:.2f}" for m, (low, high) in self.spread.items()
+        )
+        return (
+            "# The speed-quality frontier\n\n![FID and CLIP score against forward passes and seconds](frontier.png)\n\n"
+            f"Runs: {', '.join(f'`{run}`' for run in runs)}. Seconds are `{self.timed}`'s only (the others "
+            f"ran on cores shared differently). `ar`'s spread over these runs and seeds: {spread or 'none'}. "
+            "A point is on a front when no other point has fewer forward passes (or seconds) and a better FID "
+            "(or CLIP score) at once.\n\n" + self.table() + "\n"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "timed": self.timed,
@@ -219,6 +235,6 @@ def write(frontier: Frontier, out: str | os.PathLike) -> Path:
     fronts = {key: [vars(p) for p in front] for key, front in frontier.fronts.items()}
     figure = plots.frontier(points, fronts, frontier.spread)
     figure.savefig(out / "frontier.png", dpi=110)
-    (out / "frontier.md").write_text(frontier.table() + "\n")
+    (out / "frontier.md").write_text(frontier.page())
     (out / "frontier.json").write_text(json.dumps(frontier.to_dict(), indent=2) + "\n")
     return out / "frontier.png"

@@ -177,7 +177,9 @@ def frontier(
     """Quality against cost across samplers: one panel per (quality metric, cost axis) in `fronts`' keys
     (`(axis, metric)`, axis `forward_passes` or `seconds`); every point of `points` that has both figures
     (`sampler`, `seed`, the metric, the axis; a point without the axis is left out of that panel), its
-    front joined by a line, `ar`'s `spread` per metric shaded. A second seed of a sampler is drawn hollow."""
+    front joined by a line, the points named (only the front's and `ar`'s where a panel has more than 12),
+    `ar`'s `spread` per metric shaded.
+    A second seed of a sampler is drawn hollow."""
     axes_names = list(dict.fromkeys(axis for axis, _ in fronts))
     metrics = list(dict.fromkeys(metric for _, metric in fronts))
     first_seed = min(point["seed"] for point in points)
@@ -191,8 +193,11 @@ def frontier(
             if metric in spread:
                 ax.axhspan(*spread[metric], color="grey", alpha=0.2, label="ar's run-to-run spread", zorder=0)
             front = fronts[axis, metric]
+            ar = [p for p in points if p["sampler"] == "ar" and p["seed"] == first_seed]
             ax.plot([p[axis] for p in front], [p[metric] for p in front], color="black", linewidth=1.2,
                     drawstyle="steps-post", label="Pareto front", zorder=2)  # fmt: skip
+            shown = [p for p in points if p.get(axis) is not None and p.get(metric) is not None]
+            named = {(p["sampler"], p["seed"]) for p in (shown if len(shown) <= 12 else [*front, *ar])}
             labelled = set()
             for point in points:
                 x, y = point.get(axis), point.get(metric)
@@ -203,7 +208,7 @@ def frontier(
                 ax.scatter(
                     [x], [y], s=40, zorder=3, edgecolors=colour, facecolors="none" if hollow else colour
                 )
-                if point["sampler"] not in labelled:  # once per sampler: its first point (`points` in order)
+                if (point["sampler"], point["seed"]) in named and point["sampler"] not in labelled:
                     labelled.add(point["sampler"])
                     ax.annotate(wrap_spec(point["sampler"], 28), (x, y), textcoords="offset points",
                                 xytext=(4, 3), fontsize=6)  # fmt: skip
