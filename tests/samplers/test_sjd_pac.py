@@ -62,6 +62,7 @@ def test_registry_spec_and_defaults():
         True,
         "random",
     )
+    assert samplers.get("sjd-pac:acceptance=lantern") == samplers.get("sjd-pac+lantern")
     sampler = samplers.get("sjd-pac:window=16,tree_width=2,tree_depth=2,coupling=false,init=repeat_vertical")
     assert (sampler.window, sampler.tree_width, sampler.tree_depth, sampler.coupling) == (16, 2, 2, False)
     for spec, message in [
@@ -69,7 +70,10 @@ def test_registry_spec_and_defaults():
         ("sjd-pac:tree_depth=17", "tree_depth must be an integer from 1 to 16"),
         ("sjd-pac:coupling=maybe", "coupling must be true or false"),
         ("sjd-pac:window=8", "make a tree of 13 nodes, more than window=8"),
-        ("sjd-pac:acceptance=lantern", "no option 'acceptance'"),
+        (
+            "sjd-pac:acceptance=sometimes",
+            "acceptance must be one of exact, lantern, gsd, entropy; got 'sometimes'",
+        ),
     ]:
         with pytest.raises(ValueError, match=message):
             samplers.get(spec)
