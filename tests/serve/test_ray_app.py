@@ -25,7 +25,7 @@ from arjet.serve import ray_app  # noqa: E402  (after the skip: it needs Ray onl
 
 pytestmark = pytest.mark.slow
 GRID = (3, 5)
-# a replica holds lanes + max_queue = 5 requests and Serve's router 3 more: 16 clients overflow two replicas
+# a replica holds lanes + max_queue = 5 requests and Serve's router 3 more: 13 places for two replicas
 CONFIG = EngineConfig(lanes=2, max_queue=3, prompt_tokens=32, compile=False)
 # two replicas of each engine and one painter: five replicas in 2 CPUs (the tests share them well enough)
 REPLICA = ray_app.Replicas(count=2, num_cpus=0.25)
@@ -143,7 +143,10 @@ def test_200_requests_from_16_clients_over_two_replicas_are_each_answered_once(s
     assert [m.id for m in serving_clients.client(server).models.list().data] == ["tiny", "glm"]
     answers = load(server, 200, 16)
     check_answers(answers, 200, model[0], least=40)
-    assert 429 in answers.values()  # the bounds refused some (at once, with Retry-After)
+    # whether 16 clients overflow the 13 places depends on timing; 48 sent at once must (429, Retry-After)
+    burst = load(server, 48, 48)
+    check_answers(burst, 48, model[0], least=1)
+    assert any(isinstance(a, int) for a in burst.values())  # answer() checked each 429's Retry-After
 
 
 def test_a_replica_killed_mid_run_loses_no_request_and_is_replaced(server, model):
