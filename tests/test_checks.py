@@ -4,6 +4,7 @@ import json
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -209,11 +210,21 @@ def _checkpoint(folder: Path) -> Path:
             "tool.jinja holds more than 268,435,456",
         ),
         (lambda f: _sparse(f / "model" / "merges.txt"), "merges.txt holds more than 268,435,456"),
+        (
+            lambda f: _replace_folder(f / "model", os.mkfifo),
+            "model is not a folder (it is a file, FIFO, socket, device or broken link): model_index.json names "
+            "'model' as a component",
+        ),
+        (
+            lambda f: _replace_folder(f / "model", lambda p: p.symlink_to("/dev/zero")),
+            "model is not a folder",
+        ),
+        (lambda f: _replace_folder(f / "model", lambda p: p.symlink_to(f / "gone")), "model is not a folder"),
     ],
     ids=["deep-index", "deep-config", "bad-config", "cut-safetensors", "cut-torch-zip", "shard-climbs"]
     + ["shard-absolute", "shard-not-a-name", "shard-fifo", "config-fifo", "config-dev-zero", "tokenizer-fifo"]
     + ["sentencepiece-fifo", "config-1-TiB-sparse", "chat-template-1-TiB", "nested-template-1-TiB"]
-    + ["merges-1-TiB"],
+    + ["merges-1-TiB", "component-fifo", "component-dev-zero", "component-broken-link"],
 )
 def test_a_checkpoint_folder_with_a_file_cut_short_or_malformed_is_named(tmp_path, damage, message):
     folder = _checkpoint(tmp_path / "model")
@@ -229,6 +240,12 @@ def _shard_index(folder: Path, shard, make=None) -> None:
     (folder / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
     if make is not None:
         make(folder / "model" / shard)
+
+
+def _replace_folder(path: Path, make) -> None:
+    """`path`, a component folder, replaced by what `make` makes in its place."""
+    shutil.rmtree(path)
+    make(path)
 
 
 def _sparse(path: Path) -> None:

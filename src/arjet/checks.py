@@ -335,6 +335,10 @@ def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
     `MAX_TEXT_FILE_BYTES`. ValueError naming `name`, the
     folder and the file. Reads headers only, never a tensor."""
     root = Path(folder).expanduser()
+    try:
+        _check_component_folders(root)
+    except ValueError as error:
+        raise ValueError(f"{name} {str(folder)!r}: {error}") from None
     for path in sorted([*root.glob("*"), *root.glob("*/*"), *root.glob("*/*/*")]):
         suffix = path.suffix.lower()
         if suffix not in (".json", ".safetensors", *TORCH_ZIP_SUFFIXES, *TOKENIZER_SUFFIXES):
@@ -354,6 +358,24 @@ def check_checkpoint_files(name: str, folder: str | os.PathLike) -> None:
                 _check_torch_zip(path)
         except ValueError as error:
             raise ValueError(f"{name} {str(folder)!r}: {error}") from None
+
+
+def _check_component_folders(root: Path) -> None:
+    """Each component `model_index.json` names must be a folder when present: a loader given a FIFO or a
+    device in its place blocks, or takes the path for a hub id and blames its spelling."""
+    index_path = root / "model_index.json"
+    if not index_path.is_file():
+        return
+    index = read_json(index_path)
+    if not isinstance(index, dict):
+        return  # the loop over the folder's JSON files names it
+    for component, value in index.items():
+        path = root / component
+        if isinstance(value, list) and (path.exists() or path.is_symlink()) and not path.is_dir():
+            raise ValueError(
+                f"{path} is not a folder (it is a file, FIFO, socket, device or broken link): model_index.json "
+                f"names {component!r} as a component, whose files belong in a folder of that name"
+            )
 
 
 def _check_shard_index(path: Path, index: Any) -> None:

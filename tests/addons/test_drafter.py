@@ -2,6 +2,8 @@
 checks that refuse a drafter with weights that are not finite or of another model's width."""
 
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -138,6 +140,26 @@ def test_from_pretrained_refuses_a_config_before_allocating(config, text, messag
         (folder / "config.json").write_text(text)
     monkeypatch.setattr(ModelMixin, "from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
     with pytest.raises(ValueError, match=message):
+        Drafter.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    ("file", "make"),
+    [
+        ("config.json", os.mkfifo),
+        ("diffusion_pytorch_model.safetensors", lambda p: p.symlink_to("/dev/zero")),
+    ],
+    ids=["config-fifo", "weights-dev-zero"],
+)
+def test_from_pretrained_names_a_file_that_is_not_a_regular_file(file, make, tmp_path, monkeypatch):
+    """diffusers blocked on the FIFO, or called the file missing."""
+    from diffusers.models.modeling_utils import ModelMixin
+
+    folder = _saved_drafter(tmp_path / "drafter")
+    (folder / file).unlink()
+    make(folder / file)
+    monkeypatch.setattr(ModelMixin, "from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
+    with pytest.raises(ValueError, match=re.escape(f"{folder / file} is not a regular file")):
         Drafter.from_pretrained(folder)
 
 

@@ -4,6 +4,7 @@ it stays the run's own: only its own records and images are read, one run at a t
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -15,6 +16,7 @@ import torch
 
 from arjet.cli import main
 from arjet.eval import runner
+from arjet.eval.atomic import write_text
 from arjet.eval.runner import run_eval
 from arjet.eval.scoring import MetricOptions, load_images
 from arjet.eval.settings import CONFIG_FILE, EvalSettings
@@ -377,6 +379,27 @@ def test_a_drafters_forward_passes_are_recorded_and_reported(tmp_path):
     drafted = {r["sampler"]: r["drafter_forwards"] for r in records}
     assert drafted["ar"] == 0 and drafted["eagle:window=4,tree_width=1,tree_depth=1"] > 0
     assert "| drafter forwards |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["records.jsonl", "metrics.json", "report.md"])
+def test_a_folder_where_the_run_writes_a_file_is_named_before_the_model_loads(
+    model, finished, tmp_path, capsys, no_model_load, name
+):
+    """It was named only after the run, and then as the temporary file beside it."""
+    out = _copy(finished, tmp_path)
+    (out / name).unlink()
+    (out / name).mkdir()
+    assert main(args(model, out)) == 2
+    error = capsys.readouterr().err
+    assert f"arjet eval: error: {out / name} is a folder where the run writes its file {name}" in error
+    assert ".tmp" not in error and "Traceback" not in error
+
+
+def test_an_atomic_write_over_a_folder_names_the_folder(tmp_path):
+    (tmp_path / "report.md").mkdir()
+    with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path / "report.md"))):
+        write_text(tmp_path / "report.md", "x")
+    assert list(tmp_path.iterdir()) == [tmp_path / "report.md"]  # no temporary left
 
 
 @pytest.mark.parametrize(

@@ -155,11 +155,13 @@ class Drafter(ModelMixin, ConfigMixin):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> Drafter:
-        """diffusers' loader, after a local folder's config.json is read (`checks.read_json`: malformed or
-        nested too deep is a ValueError naming it) and the drafter it describes is checked against free
-        memory (`check_fits`), before anything is allocated; weights that are not finite are then refused
-        (`weights.check_finite`)."""
+        """diffusers' loader, after a local folder's files are checked (`checks.check_checkpoint_files`: one
+        that is not a regular file, cut short, malformed or nested too deep is a ValueError naming it) and the
+        drafter its config.json describes is checked against free memory (`check_fits`), before anything is
+        allocated; weights that are not finite are then refused (`weights.check_finite`)."""
         folder = Path(pretrained_model_name_or_path).expanduser() / (kwargs.get("subfolder") or "")
+        if folder.is_dir():  # a FIFO or a device in place of a file blocks the loader, or is taken as missing
+            checks.check_checkpoint_files("the drafter", folder)
         config = folder / "config.json"
         if config.is_file():
             dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))

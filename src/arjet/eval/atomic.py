@@ -9,6 +9,7 @@ the modes the user asked for.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -28,6 +29,8 @@ def temporary_path(path: Path) -> Path:
 def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success it replaces `path`, on error it is removed."""
     path = Path(path)
+    if path.is_dir():  # os.replace would fail naming the temporary, not the folder in the way
+        raise IsADirectoryError(errno.EISDIR, "a folder is where this file is to be written", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = temporary_path(path)
     os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies

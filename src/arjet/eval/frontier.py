@@ -27,6 +27,7 @@ from typing import Any
 from .. import checks
 from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio
+from .settings import METRICS_FILE
 
 QUALITIES = {"fid": "FID", "clip_score": "CLIP score"}  # metric -> label
 LOWER_IS_BETTER = {"fid": True, "clip_score": False}
@@ -51,9 +52,9 @@ def load_points(runs: Sequence[str | os.PathLike]) -> list[Point]:
     not such a run's."""
     points = []
     for run in runs:
-        path = Path(run) / "metrics.json"
+        path = Path(run) / METRICS_FILE
         if not path.is_file():
-            raise ValueError(f"{str(run)!r} is not a finished `arjet eval` run: it has no metrics.json")
+            raise ValueError(f"{str(run)!r} is not a finished `arjet eval` run: it has no {METRICS_FILE}")
         metrics = checks.read_json(path)
         rows = metrics.get("samplers") if isinstance(metrics, dict) else None
         settings = metrics.get("settings", {}) if isinstance(metrics, dict) else None

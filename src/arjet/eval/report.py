@@ -16,7 +16,7 @@ from ..reports import plots
 from ..reports.tables import markdown_table, number, ratio, significant
 from .atomic import atomic_target, write_text
 from .scoring import SamplerResult, load_images
-from .settings import EvalSettings
+from .settings import METRICS_FILE, REPORT_FILE, EvalSettings
 
 PLOTS_DIR = "plots"
 HEADER = (
@@ -120,9 +120,9 @@ def write_report(
         "samplers": [r.to_dict() for r in results],
         "notes": notes,
     }
-    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_text(out / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
     figures = write_plots(out, records, results, settings.samplers, grid_prompts)
-    write_text(out / "report.md", _markdown(metrics, results, figures))
+    write_text(out / REPORT_FILE, _markdown(metrics, results, figures))
     return metrics
 
 

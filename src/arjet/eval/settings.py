@@ -18,10 +18,13 @@ from typing import Any
 from .. import checks
 from ..samplers import SamplingOptions
 from .atomic import write_text
+from .records import MERGED_RECORDS
 
 ADDED_SETTINGS = ("quantization",)  # after layout 1: written only when set
 
 CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+REPORT_FILE = "report.md"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,12 @@ def check_out_dir(out: str | os.PathLike, settings: EvalSettings) -> bool:
             f"{out} already holds an evaluation run with different settings ({'; '.join(differences)}). "
             f"Run the same command again to resume that run, or pass a new --out (e.g. {_suggest(out)})"
         )
+    for name in (MERGED_RECORDS, METRICS_FILE, REPORT_FILE):  # written last: refused now, not after the run
+        if (out / name).is_dir():
+            raise ValueError(
+                f"{out / name} is a folder where the run writes its file {name}; move it away and run the "
+                "same command again"
+            )
     return True
 
 
