@@ -311,6 +311,18 @@ def test_eval_compiles_like_generate_and_bench(model, tmp_path, capsys, monkeypa
     assert "compile: 'inductor' there, False now" in capsys.readouterr().err
 
 
+def test_a_run_of_int8_weights_says_so_and_resumes_only_as_int8(model, tmp_path, capsys):
+    pytest.importorskip("torchao", reason="quantization needs torchao (pip install 'arjet[quant]')")
+    out = tmp_path / "int8"
+    assert main(args(model, out, "--quantize", "int8")) == 0
+    assert json.loads((out / CONFIG_FILE).read_text())["quantization"] == "int8"
+    assert "(JanusPipeline, torch.float32, int8 weights) on cpu" in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert main(args(model, out)) == 2  # the float model is another model: not a resume of this run
+    assert "quantization: 'int8' there, None now" in capsys.readouterr().err
+    assert main(args(model, out, "--quantize", "int8")) == 0  # the same command resumes it
+
+
 def test_a_run_made_before_a_setting_existed_resumes_with_its_default(model, finished, tmp_path, monkeypatch):
     out = _copy(finished, tmp_path)
     config = json.loads((out / CONFIG_FILE).read_text())

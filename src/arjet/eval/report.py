@@ -207,13 +207,15 @@ def _markdown(metrics: dict[str, Any], results: Sequence[SamplerResult], figures
         if scoring.get("clip_model")
         else "CLIP score not computed"
     )
+    weights = f", {settings['quantization']} weights" if settings.get("quantization") else ""
     lines = [
         "# arjet eval",
         "",
         f"```\n{metrics['command']}\n```" if metrics.get("command") else "",
         "",
         f"{settings['n']} prompts of `{settings['prompts']}` x {len(settings['seeds'])} seed(s) per sampler, "
-        f"model `{settings['model']}` ({env['pipeline']}, {env['dtype']}) on {env['device']}. {fid}; {clip}.",
+        f"model `{settings['model']}` ({env['pipeline']}, {env['dtype']}{weights}) on {env['device']}. {fid}; "
+        f"{clip}.",
         "",
         results_table(results),
         "",
