@@ -27,13 +27,11 @@ import time
 
 import httpx
 import numpy as np
-import openai
 import PIL.Image
+from load_clients import PROMPT, generate, send_all
 
 from arjet.limits import EngineConfig
 from arjet.serve import ray_app
-
-PROMPT = "a red circle left of a blue square"
 
 
 def pids(deployment: str, want: int, serve) -> set[int]:
@@ -88,58 +86,30 @@ def main() -> int:
     report: dict = {"startup_seconds": round(time.perf_counter() - started, 1), **vars(args)}
     before = pids("engine-shapes", args.replicas, serve)
 
-    answers: dict[int, object] = {}
-    latency: dict[int, float] = {}
-    lock, quarter = threading.Lock(), threading.Event()
-    duplicates = []
-
-    def client(ids):
-        api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=900)
-        for request_id in ids:
-            sent = time.perf_counter()
-            try:
-                out = api.images.generate(
-                    model="shapes",
-                    prompt=PROMPT,
-                    response_format="b64_json",
-                    extra_body={"seed": request_id, "sampler": args.sampler},
-                )
-                answer = out.data[0].b64_json
-            except openai.RateLimitError:
-                answer = 429
-            except openai.APIStatusError as error:
-                answer = error.status_code
-            with lock:
-                if request_id in answers:
-                    duplicates.append(request_id)
-                answers[request_id] = answer
-                latency[request_id] = time.perf_counter() - sent
-                if len(answers) >= args.requests // 4:
-                    quarter.set()
-
-    began = time.perf_counter()
-    threads = [
-        threading.Thread(target=client, args=(range(c, args.requests, args.clients),))
-        for c in range(args.clients)
-    ]
-    for thread in threads:
-        thread.start()
     replaced = threading.Thread(target=watch_health, args=(url, report))
-    if args.kill:
-        quarter.wait()
+
+    def kill_one(answers) -> None:
+        answers.wait_for(args.requests // 4)
         killed = min(before)
         os.kill(killed, signal.SIGKILL)
         report["killed_pid"] = killed
         replaced.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - began
+
+    recorded, elapsed = send_all(
+        url,
+        args.requests,
+        args.clients,
+        lambda api, request_id: generate(api, "shapes", request_id, args.sampler),
+        timeout=900,
+        during=kill_one if args.kill else None,
+    )
+    answers = recorded.by_id
     images = {i: a for i, a in answers.items() if isinstance(a, str)}
-    served = sorted(latency[i] for i in images)
+    served = sorted(recorded.seconds[i] for i in images)
     report.update(
         answered=len(answers),
         lost=args.requests - len(answers),
-        duplicates=len(duplicates),
+        duplicates=len(recorded.duplicates),
         images=len(images),
         refused_429=sum(a == 429 for a in answers.values()),
         other_errors=sorted({a for a in answers.values() if isinstance(a, int) and a != 429}),
@@ -170,7 +140,12 @@ def main() -> int:
     print(json.dumps(report, indent=1))
     serve.shutdown()
     ray.shutdown()
-    ok = report["lost"] == 0 and not duplicates and equal == len(checked) and not report["other_errors"]
+    ok = (
+        report["lost"] == 0
+        and not recorded.duplicates
+        and equal == len(checked)
+        and not report["other_errors"]
+    )
     return 0 if ok else 1
 
 

@@ -24,15 +24,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
 import numpy as np
-import openai
 import PIL.Image
-
-PROMPT = "a red circle left of a blue square"
+from load_clients import PROMPT, generate, send_all
 
 
 def free_port() -> int:
@@ -85,60 +82,31 @@ def main() -> int:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        answers: dict[int, object] = {}
-        latencies: list[float] = []
-        waits: dict[int, list[float]] = collections.defaultdict(list)
-        duplicates: list[int] = []
-        lock = threading.Lock()
 
-        def client(ids):
-            api = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
-            for request_id in ids:
-                if args.disconnects and request_id % 10 == 9:  # a client that gives up mid-decode
-                    try:
-                        httpx.post(f"{url}/v1/images/generations", json={"prompt": PROMPT, "seed": request_id,
-                                   "sampler": args.sampler}, timeout=0.05)  # fmt: skip
-                        answer: object = "finished before the disconnect"
-                    except httpx.TimeoutException:
-                        answer = "disconnected"
-                else:
-                    start = time.perf_counter()
-                    try:
-                        out = api.images.generate(
-                            model="shapes",
-                            prompt=PROMPT,
-                            response_format="b64_json",
-                            extra_body={"seed": request_id, "sampler": args.sampler},
-                        )
-                        answer = out.data[0].b64_json
-                        with lock:
-                            latencies.append(time.perf_counter() - start)
-                    except (
-                        openai.APIStatusError
-                    ) as error:  # 429 (refused at once), 504 (ran out of time), ...
-                        answer = error.status_code
-                        with lock:
-                            waits[error.status_code].append(time.perf_counter() - start)
-                with lock:
-                    if request_id in answers:
-                        duplicates.append(request_id)
-                    answers[request_id] = answer
+        def send(api, request_id: int) -> object:
+            if args.disconnects and request_id % 10 == 9:  # a client that gives up mid-decode
+                try:
+                    httpx.post(f"{url}/v1/images/generations", json={"prompt": PROMPT, "seed": request_id,
+                               "sampler": args.sampler}, timeout=0.05)  # fmt: skip
+                    return "finished before the disconnect"
+                except httpx.TimeoutException:
+                    return "disconnected"
+            return generate(api, "shapes", request_id, args.sampler)
 
-        start = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(range(c, args.requests, args.clients),))
-                   for c in range(args.clients)]  # fmt: skip
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - start
+        recorded, seconds = send_all(url, args.requests, args.clients, send, timeout=600)
         alive = httpx.get(f"{url}/health", timeout=10).json()
         rss = peak_rss_mb(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=60)
 
+    answers, duplicates = recorded.by_id, recorded.duplicates
     images = {i: a for i, a in answers.items() if isinstance(a, str) and len(a) > 100}
+    latencies = [recorded.seconds[i] for i in images]
+    waits: dict[int, list[float]] = collections.defaultdict(list)
+    for request_id, answer in answers.items():
+        if isinstance(answer, int):
+            waits[answer].append(recorded.seconds[request_id])
     kinds = {
         "image": len(images),
         **{str(code): len(waits[code]) for code in sorted(waits)},

@@ -1,12 +1,14 @@
 """GLM-Image: arjet's AR stage against transformers' own model and diffusers' own pipeline, its diffusion stage
 run by diffusers, its layout, defaults, sizes and folders."""
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
 from diffusers import GlmImagePipeline as DiffusersGlmImagePipeline
 from scipy import stats as scipy_stats
-from transformers import GenerationConfig
+from transformers import GenerationConfig, GlmImageForConditionalGeneration
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -397,3 +399,88 @@ def test_the_ar_model_alone_is_refused_with_the_layout_to_provide(pipe, tmp_path
     pipe.vision_language_encoder.save_pretrained(tmp_path / "vision_language_encoder")
     with pytest.raises(ValueError, match="holds GLM-Image's AR model only.*zai-org/GLM-Image"):
         arjet.ARPipeline.from_pretrained(str(tmp_path / "vision_language_encoder"))
+
+
+# -- the diffusion stage alone (`vision_language_encoder=None`) -------------------------------------------
+@pytest.fixture(scope="module")
+def stages(pipe, tmp_path_factory):
+    """The tiny pipeline's folder loaded whole, and loaded without its AR model from a copy that no longer
+    has one (so the load reads no AR weights at all)."""
+    folder = tmp_path_factory.mktemp("glm")
+    pipe.save_pretrained(folder / "whole")
+    shutil.copytree(folder / "whole", folder / "dit")
+    shutil.rmtree(folder / "dit" / "vision_language_encoder")
+    loaded = (
+        arjet.ARPipeline.from_pretrained(str(folder / "whole")),
+        arjet.ARPipeline.from_pretrained(str(folder / "dit"), vision_language_encoder=None),
+    )
+    for each in loaded:
+        each.set_progress_bar_config(disable=True)
+    return loaded
+
+
+def test_the_diffusion_stage_alone_holds_no_ar_model(stages):
+    whole, painter = stages
+    assert type(painter) is arjet.GlmImagePipeline and painter.renders_only and not whole.renders_only
+    modules = {name for name, c in painter.components.items() if isinstance(c, torch.nn.Module)}
+    assert modules == {"text_encoder", "vae", "transformer"}
+    assert not any(isinstance(m, GlmImageForConditionalGeneration) for m in _submodules(painter))
+    assert _weights(painter) == _weights(whole) - _weights(whole, "vision_language_encoder") < _weights(whole)
+
+
+def _submodules(pipe):
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            yield from component.modules()
+
+
+def _weights(pipe, *names: str) -> int:
+    """The parameters of `pipe`'s components `names` (all of them when none is named)."""
+    chosen = names or pipe.components
+    return sum(
+        p.numel()
+        for name in chosen
+        if isinstance(pipe.components[name], torch.nn.Module)
+        for p in pipe.components[name].parameters()
+    )
+
+
+def test_the_diffusion_stage_alone_paints_the_whole_pipelines_images(stages):
+    """Given the codes a call decoded and the call's seeds, `paint` makes that call's images, bit for bit at
+    the same threads, on either pipeline; another seed, another image."""
+    whole, painter = stages
+    same = dict(num_inference_steps=2, output_type="np", threads=1)
+    decoded = whole(PROMPTS, sampler="sjd", seed=[7, 8], **same)
+    for painting in stages:
+        painted = painting.paint(decoded.codes, PROMPTS, seed=[7, 8], **same)
+        np.testing.assert_array_equal(painted, decoded.images)
+    other_seed = painter.paint(decoded.codes, PROMPTS, seed=[9, 8], **same)
+    assert not np.array_equal(other_seed[0], decoded.images[0])
+    assert np.array_equal(other_seed[1], decoded.images[1])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: p("a red circle"),
+        lambda p: p.check_inputs("a red circle"),
+        lambda p: p.session_adapter(),
+        lambda p: p.sampling_defaults(),
+    ],
+    ids=["call", "check_inputs", "session", "defaults"],
+)
+def test_the_diffusion_stage_alone_refuses_the_ar_stage_in_one_line(stages, call):
+    with pytest.raises(ValueError, match=r"^[^\n]*vision_language_encoder=None: it has no AR model[^\n]*$"):
+        call(stages[1])
+
+
+def test_paint_refuses_what_it_cannot_paint(stages):
+    painter, codes = stages[1], torch.zeros(1, *GRID, dtype=torch.long)
+    with pytest.raises(ValueError, match="LongTensor"):
+        painter.paint(codes.float(), "x")
+    with pytest.raises(ValueError, match=">= 0"):
+        painter.paint(codes - 1, "x")
+    with pytest.raises(ValueError, match="2 prompts for 1"):
+        painter.paint(codes, ["x", "y"])
+    with pytest.raises(ValueError, match="'pil', 'np' or 'pt'"):
+        painter.paint(codes, "x", output_type="latent")

@@ -171,8 +171,8 @@ def test_a_replica_killed_mid_run_loses_no_request_and_is_replaced(server, model
 
 
 def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm):
-    """The AR stage in an engine replica, the DiT in a painter replica: each image's codes and pixels are
-    the one-process pipeline's."""
+    """The AR stage in an engine replica, the DiT in a painter replica that holds no AR model: each image's
+    codes and pixels are the one-process pipeline's."""
     pipe = glm[0]
     out = serving_clients.client(server).images.generate(
         model="glm", prompt="a red circle", n=2, response_format="b64_json", extra_body={"seed": 5}
@@ -188,6 +188,58 @@ def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm)
     decoded = codes.remote(parsed).result()
     alone = pipe("a red circle", seed=5, threads=1, output_type="latent").codes[0]
     assert torch.equal(decoded[0].codes, alone)
+    painter = serve.get_deployment_handle("painter-glm", app_name=ray_app.APP_NAME)
+    held = painter.components.remote().result()
+    assert held["vision_language_encoder"] is None and held["transformer"] == "GlmImageTransformer2DModel"
+
+
+def glm_spans(url, seeds, clients: int) -> dict[int, tuple[list[float], list[float]]]:
+    """GLM-Image requests of one 512 x 512 image each (seed = request id) from `clients` concurrent `openai`
+    clients: {request id: (its AR stage's span, its paint's span)}, as its answer's stats say."""
+    spans = {}
+
+    def client(ids):
+        # a 429 (a burst beyond the bounds, or one sent before Serve's router has seen both replicas) is
+        # sent again after its Retry-After: a request sent later only decodes later
+        api = serving_clients.client(url, timeout=300).with_options(max_retries=20)
+        for seed in ids:
+            out = api.images.generate(
+                model="glm", prompt="a red circle", size="512x512", extra_body={"seed": seed}
+            )
+            stats = out.model_extra["arjet"][0]
+            spans[seed] = (stats["ar_span"], stats["paint_span"])
+
+    seeds = list(seeds)
+    threads = [threading.Thread(target=client, args=(seeds[c::clients],)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert sorted(spans) == seeds
+    return spans
+
+
+def overlapping(spans) -> list[tuple[int, int]]:
+    """The pairs (a, b) of requests where a's AR stage ran while b's image was painted."""
+    return [
+        (a, b)
+        for a, (ar, _) in spans.items()
+        for b, (_, paint) in spans.items()
+        if a != b and ar[0] < paint[1] and paint[0] < ar[1]
+    ]
+
+
+def test_the_ar_stage_of_later_requests_runs_while_the_dit_paints_earlier_ones(server):
+    """8 requests at once are two rounds of both engine replicas' two lanes: the first round's images are
+    painted while the second round decodes (512 x 512 makes a round of the AR stage long beside the hand-over
+    from an engine replica to the painter). The same requests sent one after another, as a composition that
+    painted each request before it took the next would run them, overlap nowhere: the spans tell the two
+    apart. Each image is painted after its AR stage."""
+    at_once, one_by_one = glm_spans(server, range(8), clients=8), glm_spans(server, range(8, 12), clients=1)
+    for ar, paint in [*at_once.values(), *one_by_one.values()]:
+        assert ar[0] <= ar[1] <= paint[0] <= paint[1]
+    assert overlapping(at_once)
+    assert not overlapping(one_by_one)
 
 
 def test_replica_counts_become_serve_options_and_bad_ones_are_refused():

@@ -28,6 +28,7 @@ from .options import (
     add_command,
     add_compile_argument,
     add_model_arguments,
+    add_ray_group,
     add_sampling_arguments,
     add_size_arguments,
     check_model_arguments,
@@ -148,11 +149,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     """`--ray` and its knobs (see docs/ray.md)."""
-    group = parser.add_argument_group("on Ray (pip install 'arjet[ray]'; see docs/ray.md)")
-    group.add_argument(
-        "--ray",
-        action="store_true",
-        help="make the images with Ray workers (each with its own pipeline) into the same run folder",
+    group = add_ray_group(
+        parser, "make the images with Ray workers (each with its own pipeline) into the same run folder"
     )
     group.add_argument(
         "--workers", type=types.int_type(1), default=2, metavar="N", help="Ray workers (default 2)"
@@ -163,12 +161,6 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="N",
         help="GPUs per worker (default 0: on the CPU, one CPU and --threads threads each)",
-    )
-    group.add_argument(
-        "--ray-address",
-        default=None,
-        metavar="ADDR",
-        help="a running Ray cluster (`ray start --head` prints it); default: a local one, else a new one",
     )
 
 

@@ -396,6 +396,21 @@ def model_choices(values: list[str] | None) -> dict[str, str] | None:
     return choices
 
 
+def add_ray_group(parser: argparse.ArgumentParser, ray_help: str) -> argparse._ArgumentGroup:
+    """The "on Ray" group of a command that runs on Ray (`serve`, `eval`): `--ray` (`ray_help` says what it
+    does there) and `--ray-address`; the command adds its own knobs to the group returned."""
+    group = parser.add_argument_group("on Ray (pip install 'arjet[ray]'; see docs/ray.md)")
+    group.add_argument("--ray", action="store_true", help=ray_help)
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="a running Ray cluster (`ray start --head` prints it); default: Ray's own choice, a local "
+        "cluster when one runs, else a new one",
+    )
+    return group
+
+
 def check_listen_address(host: str, port: int) -> None:
     """Refuse, before any model loads, an address a server could not listen on: a host this machine does
     not resolve, or a port it cannot bind (taken, or reserved for root). Gradio would say "Cannot find

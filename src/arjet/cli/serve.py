@@ -16,6 +16,7 @@ from .options import (
     add_command,
     add_compile_argument,
     add_device_argument,
+    add_ray_group,
     add_server_arguments,
     add_threads_argument,
     check_listen_address,
@@ -89,12 +90,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     """`--ray` and its knobs (see docs/ray.md)."""
-    group = parser.add_argument_group("on Ray (pip install 'arjet[ray]'; see docs/ray.md)")
-    group.add_argument(
-        "--ray",
-        action="store_true",
-        help="serve as Ray Serve deployments: an ingress over engine replicas (one Engine each), replaced "
-        "when they die, on this machine's Ray or the cluster of --ray-address",
+    group = add_ray_group(
+        parser,
+        "serve as Ray Serve deployments: an ingress over engine replicas (one Engine each), replaced when "
+        "they die, on this machine's Ray or the cluster of --ray-address",
     )
     group.add_argument(
         "--replicas",
@@ -126,13 +125,6 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="N",
         help="GPUs per replica (default 0; 1 for one replica per GPU)",
-    )
-    group.add_argument(
-        "--ray-address",
-        default=None,
-        metavar="ADDR",
-        help="a running Ray cluster (`ray start --head` prints it); default: Ray's own choice, a local "
-        "cluster when one runs, else a new one",
     )
 
 

@@ -18,6 +18,11 @@ sampling defaults are the checkpoint's generation config, read as transformers' 
 Diffusion stage: the target codes, upsampled 2x, are the DiT's prior tokens; diffusers' `GlmImagePipeline`
 runs the rest (glyph embeddings of the prompt's quoted text, the flow-matching loop with its own CFG,
 `dit_guidance_scale`, the VAE) over this pipeline's modules.
+
+The diffusion stage alone: `from_pretrained(folder, vision_language_encoder=None)` (diffusers' way to leave a
+component out) reads no AR model weights and holds the DiT, the VAE, the glyph encoder with its tokenizer,
+the processor and the scheduler; such a pipeline paints codes decoded elsewhere (`paint`), and refuses the
+AR stage (a call, an engine) in one line. `arjet serve --ray` loads its painters so.
 """
 
 from __future__ import annotations
@@ -39,14 +44,17 @@ from transformers import (
 from .. import checks
 from ..addons.drafter import Drafter
 from ..addons.noise import NoiseConditioning
+from ..limits import MAX_THREADS
 from ..samplers import SamplingOptions
+from ..samplers.decode import image_keys
 from ..session import ImageLayout, Prefix
 from ..session.adapter import run_decoder
 from ..session.decoder import LlamaStackDecoder
 from ..vq.glm_image import PIXELS_PER_CODE, GlmImageCodes
 from .base import BaseARPipeline
-from .inputs import CheckedInputs, call_signature
+from .inputs import OUTPUT_TYPES, CheckedInputs, call_signature, image_generators, prompt_list
 from .prompts import encode_with_prompt, left_pad_rows
+from .threads import PROCESS_THREADS
 from .vocab_adapter import VocabularyCodeAdapter
 
 PREVIEW_SIDE = 16  # the processor's preview grid: about 16 x 16 codes (its `factor // 2`)
@@ -110,7 +118,7 @@ class GlmImagePipeline(BaseARPipeline):
         tokenizer: PreTrainedTokenizerBase,
         processor: GlmImageProcessor,
         text_encoder: T5EncoderModel,
-        vision_language_encoder: GlmImageForConditionalGeneration,
+        vision_language_encoder: GlmImageForConditionalGeneration | None,
         vae: AutoencoderKL,
         transformer: GlmImageTransformer2DModel,
         scheduler: FlowMatchEulerDiscreteScheduler,
@@ -151,8 +159,18 @@ class GlmImagePipeline(BaseARPipeline):
         )
 
     @property
+    def renders_only(self) -> bool:
+        """Whether this pipeline holds the diffusion stage alone (loaded with `vision_language_encoder=None`)."""
+        return self.vision_language_encoder is None
+
+    @property
     def model(self) -> GlmImageForConditionalGeneration:
-        """The AR model (what the other families call `model`)."""
+        """The AR model (what the other families call `model`); a ValueError on a pipeline loaded without it."""
+        if self.renders_only:
+            raise ValueError(
+                "this GlmImagePipeline was loaded with vision_language_encoder=None: it has no AR model, so it "
+                "only paints decoded codes (pipe.paint); load it without vision_language_encoder=None to decode"
+            )
         return self.vision_language_encoder
 
     @property
@@ -183,6 +201,15 @@ class GlmImagePipeline(BaseARPipeline):
         **options: Any,
     ) -> CheckedInputs:
         """The checks of every family, then the diffusion stage's options."""
+        stage_options = self.diffusion_options(num_inference_steps, dit_guidance_scale)
+        call = super().check_inputs(prompt, negative_prompt, **options)
+        call.stage_options = stage_options
+        return call
+
+    def diffusion_options(
+        self, num_inference_steps: Any = None, dit_guidance_scale: Any = None
+    ) -> dict[str, Any]:
+        """The diffusion stage's checked options, as diffusers' pipeline names them (None: the config's)."""
         steps = self.config.num_inference_steps if num_inference_steps is None else num_inference_steps
         most = self.scheduler.config.num_train_timesteps
         steps = checks.integer("num_inference_steps", steps, 1, most)
@@ -194,14 +221,12 @@ class GlmImagePipeline(BaseARPipeline):
             MAX_DIT_GUIDANCE_SCALE,
             note="the diffusion stage's CFG; at most 1 disables it, and far larger values overflow its latents",
         )
-        call = super().check_inputs(prompt, negative_prompt, **options)
-        call.stage_options = {"num_inference_steps": steps, "guidance_scale": scale}
-        return call
+        return {"num_inference_steps": steps, "guidance_scale": scale}
 
     def sampling_defaults(self) -> SamplingOptions:
         """The AR model's generation config, unset numbers filled as transformers' `generate` fills them (the
         guidance scale: the checkpoint's, as every family's)."""
-        config = self.vision_language_encoder.generation_config
+        config = self.model.generation_config
         values = {name: getattr(config, name, None) for name in GENERATE_DEFAULTS}
         values = {name: GENERATE_DEFAULTS[name] if value is None else value for name, value in values.items()}
         top_k = values["top_k"] or None  # 0: no top-k
@@ -211,7 +236,7 @@ class GlmImagePipeline(BaseARPipeline):
     # -- hooks --------------------------------------------------------------------------------------
     @property
     def image_tokenizer(self) -> GlmImageCodes:
-        return GlmImageCodes(self.vision_language_encoder.model.vqmodel)
+        return GlmImageCodes(self.model.model.vqmodel)
 
     def native_size(self) -> tuple[int, int]:
         return 32 * PIXELS_PER_CODE, 32 * PIXELS_PER_CODE
@@ -257,7 +282,7 @@ class GlmImagePipeline(BaseARPipeline):
         )
 
     def session_adapter(self) -> GlmImageAdapter:
-        model = self.vision_language_encoder
+        model = self.model
         text_model = model.model.language_model
         return GlmImageAdapter(
             text_model,
@@ -304,10 +329,57 @@ class GlmImagePipeline(BaseARPipeline):
         codes as prior tokens; an interrupted decode (undecoded cells) gets the codes' false-colour view."""
         if bool((codes < 0).any()):
             return self.images_from_codes(codes, call.output_type)
+        return self._diffuse(codes, prompts, call.generators, call.stage_options, call.output_type)
+
+    @torch.no_grad()
+    def paint(
+        self,
+        codes: torch.Tensor,
+        prompt: str | list[str],
+        *,
+        seed: int | list[int] | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
+        num_inference_steps: int | None = None,
+        dit_guidance_scale: float | None = None,
+        output_type: str = "pil",
+        threads: int | None = None,
+    ):
+        """The diffusion stage alone: the images of target `codes [N, H, W]` (a call's `output_type="latent"`
+        codes) and their prompts (one, or one per image). `seed` / `generator` as the call that decoded the
+        codes was given: each image's key is drawn first, as that call's AR stage drew it, so the images are
+        that call's (at the same `threads`, as a call takes them). What a pipeline loaded with
+        `vision_language_encoder=None` does."""
+        if not isinstance(codes, torch.Tensor) or codes.dim() != 3 or codes.dtype != torch.long:
+            raise ValueError(
+                f"codes must be a LongTensor [N, H, W] of decoded codes, got {_described(codes)}"
+            )
+        if bool((codes < 0).any()):
+            raise ValueError(
+                "codes must all be decoded (>= 0); an interrupted decode's -1 cells cannot be painted"
+            )
+        batch = len(codes)
+        prompts = prompt_list("prompt", prompt, self.limits.max_prompt_chars)
+        prompts = prompts * batch if len(prompts) == 1 else prompts
+        if len(prompts) != batch:
+            raise ValueError(f"got {len(prompts)} prompts for {batch} codes grids; pass one, or one per grid")
+        if output_type not in OUTPUT_TYPES or output_type == "latent":
+            raise ValueError(
+                f"output_type must be 'pil', 'np' or 'pt' (paint makes images), got {output_type!r}"
+            )
+        options = self.diffusion_options(num_inference_steps, dit_guidance_scale)
+        threads = checks.optional_integer("threads", threads, 1, MAX_THREADS)
+        generators = image_generators(generator, seed, batch)
+        image_keys(generators, batch)  # the AR stage drew each image's key first; the DiT draws after it
+        with PROCESS_THREADS.during_call(threads, self._execution_device):
+            return self._diffuse(codes.to(self._execution_device), prompts, generators, options, output_type)
+
+    def _diffuse(
+        self, codes: torch.Tensor, prompts: list[str], generators: Any, options: dict, output_type: str
+    ):
+        """diffusers' `GlmImagePipeline` over this pipeline's modules, on `codes [N, H, W]` as prior tokens."""
         components = self.components
         stage = DiffusersGlmImagePipeline(**{name: components[name] for name in DIFFUSION_COMPONENTS})
         stage.set_progress_bar_config(**self.progress_bar_options())
-        options = call.stage_options
         return stage(
             prompt=prompts,
             prior_token_ids=upsample_codes(codes),
@@ -315,11 +387,13 @@ class GlmImagePipeline(BaseARPipeline):
             width=codes.shape[2] * PIXELS_PER_CODE,
             num_inference_steps=options["num_inference_steps"],
             guidance_scale=options["guidance_scale"],
-            generator=call.generators,
-            output_type=call.output_type,
+            generator=generators,
+            output_type=output_type,
         ).images
 
 
+# diffusers' `GlmImagePipeline`'s components (the hub repository's folders); given prior tokens it never
+# runs the AR model, so a pipeline without one (`vision_language_encoder=None`) paints as well
 DIFFUSION_COMPONENTS = (
     "tokenizer",
     "processor",
@@ -329,6 +403,12 @@ DIFFUSION_COMPONENTS = (
     "transformer",
     "scheduler",
 )
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return type(value).__name__
 
 
 def _special_tokens_around(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:

@@ -12,9 +12,10 @@ holds at most `max_queue` more and refuses the rest (429, `Retry-After: 1`). A r
 before answering is sent once more (Serve routes it to a live replica): it is answered once, never lost.
 
 A model with a later stage (GLM-Image's DiT) runs as two deployments: the engine replicas decode the AR
-stage's codes, batched in their lanes, and painter replicas run the DiT on one image at a time; the
-ingress hands each image's codes on as they come, so the AR stage of the next requests runs while the DiT
-paints earlier ones.
+stage's codes, batched in their lanes, and painter replicas, which load the pipeline without its AR model,
+run the DiT on one image at a time; the ingress hands each image's codes on as they come, so the AR stage of
+the next requests runs while the DiT paints earlier ones. Each image's stats say when (`ar_span`,
+`paint_span`: wall-clock seconds of the replicas' machines).
 
 Ray is an optional extra: this module imports it only in the functions that build and run the app.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -95,6 +97,11 @@ class Replicas:
         """The replicas the deployment should have at least."""
         return self.minimum if self.autoscaling else self.count
 
+    @property
+    def most(self) -> int:
+        """The replicas the deployment may have at most."""
+        return self.maximum if self.autoscaling else self.count
+
     def options(self, in_flight: int) -> dict[str, Any]:
         """Serve's deployment options: the replica count (or autoscaling aiming at `in_flight` requests per
         replica) and each replica's resources."""
@@ -128,19 +135,26 @@ def later_stage(source: str) -> bool:
     return folder.is_dir() and checkpoint_kind(folder)[1] in LATER_STAGE_CLASSES
 
 
-def load_replica_pipeline(source: str, device: str | None, threads: int | None):
+def load_replica_pipeline(source: str, device: str | None, threads: int | None, *, render_only: bool = False):
     """The model `source` on `device` (a replica that Ray gave a GPU sees it as `cuda`), torch's CPU threads
-    pinned to `threads` (so that images equal a one-process run's at that count)."""
+    pinned to `threads` (so that images equal a one-process run's at that count). `render_only`: without
+    its AR model, passed as None (diffusers' way to leave a component out: its weights are never read)."""
     import torch
 
-    from ..builtin import load_model
+    from ..builtin import load_model, resolve_model
+    from ..pipelines.auto import ARPipeline
+    from ..pipelines.loading import resolve_checkpoint
     from ..pipelines.threads import PROCESS_THREADS
 
     if threads is not None:
         PROCESS_THREADS.pin(threads)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    pipe = load_model(source, device=device)
+    left_out = {}
+    if render_only:
+        family = ARPipeline.pipeline_class(resolve_checkpoint(resolve_model(source)))
+        left_out[family.ar_component] = None
+    pipe = load_model(source, device=device, **left_out)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -151,10 +165,27 @@ async def _connected() -> bool:
 
 @dataclass(frozen=True)
 class Decoded:
-    """An image's codes from the AR stage, on their way to a painter, and what decoded them."""
+    """An image's codes from the AR stage, on their way to a painter, and what decoded them (`ar_span`
+    among them)."""
 
     codes: Any  # [H, W] torch tensor on the CPU
     stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Painted:
+    """An image painted from its codes (a base64 PNG) and when: `span`, wall-clock seconds from its start to
+    its end."""
+
+    b64_json: str
+    span: list[float]
+
+
+def ar_span(taken: float, result: Any) -> list[float]:
+    """When an engine decoded `result` (an `EngineResult`), in wall-clock seconds: `taken`, the wall clock
+    when the replica took its request, plus its time queued for a lane, then its decode's seconds."""
+    start = taken + result.queued
+    return [start, start + result.stats.seconds]
 
 
 class EngineReplica:
@@ -181,11 +212,15 @@ class EngineReplica:
 
     async def codes(self, parsed: ImagesRequest) -> list[Decoded] | ApiError:
         """`parsed`'s AR stage only: each image's codes, for a painter."""
+        taken = time.time()
         try:
             results = await decoded(self.engine, parsed, _connected)
         except ApiError as error:
             return error
-        return [Decoded(r.codes.cpu(), image_stats(parsed.seed + i, r)) for i, r in enumerate(results)]
+        return [
+            Decoded(r.codes.cpu(), {**image_stats(parsed.seed + i, r), "ar_span": ar_span(taken, r)})
+            for i, r in enumerate(results)
+        ]
 
     def check_health(self) -> None:
         """Serve's health check: a replica whose engine stopped is replaced."""
@@ -199,36 +234,32 @@ class EngineReplica:
 
 
 class Painter:
-    """One replica of a model's later stage (GLM-Image's DiT): codes to an image, one image at a time."""
+    """One replica of a model's later stage (GLM-Image's DiT): codes to an image, one image at a time. It
+    loads the pipeline without its AR model (GLM-Image: the DiT, the VAE, the glyph encoder and their
+    tokenizer, processor and scheduler), so the AR model's weights take no room on its device."""
 
     def __init__(self, source: str, device: str | None, threads: int | None):
-        self.pipe = load_replica_pipeline(source, device, threads)
+        self.pipe = load_replica_pipeline(source, device, threads, render_only=True)
 
     def pid(self) -> int:
         return os.getpid()
 
-    async def paint(self, parsed: ImagesRequest, index: int, codes: Any) -> str | ApiError:
-        """Image `index` of `parsed` from its codes, as a base64 PNG."""
+    def components(self) -> dict[str, str | None]:
+        """What this replica holds: each component's class name (None: left out)."""
+        return {name: None if c is None else type(c).__name__ for name, c in self.pipe.components.items()}
+
+    async def paint(self, parsed: ImagesRequest, index: int, codes: Any) -> Painted | ApiError:
+        """Image `index` of `parsed` from its codes, as a base64 PNG, and when it was painted."""
         try:
             return await asyncio.to_thread(self._paint, parsed, index, codes)
         except Exception as error:  # the model's fault: the request was checked and decoded already
             logger.error("painting an image failed", exc_info=error)
             return model_fault("the image could not be painted from its codes", error, None)
 
-    def _paint(self, parsed: ImagesRequest, index: int, codes: Any) -> str:
-        import torch
-
-        from ..samplers.decode import image_keys
-
-        height, width = parsed.size or (None, None)
-        call = self.pipe.check_inputs(
-            parsed.prompt, seed=parsed.seed + index, height=height, width=width, **parsed.sampling.kwargs()
-        )
-        generator = call.generators[0] if isinstance(call.generators, list) else call.generators
-        image_keys([generator], 1)  # the engine drew the image's key first; the later stage draws after it
-        with torch.no_grad():
-            image = self.pipe.render(codes[None].to(self.pipe._execution_device), call, [parsed.prompt])[0]
-        return png_base64(image)
+    def _paint(self, parsed: ImagesRequest, index: int, codes: Any) -> Painted:
+        start = time.time()
+        image = self.pipe.paint(codes[None], parsed.prompt, seed=parsed.seed + index)[0]
+        return Painted(png_base64(image), [start, time.time()])
 
 
 def replica_died_errors() -> tuple[type[BaseException], ...]:
@@ -301,7 +332,10 @@ class Ingress:
                 for i, c in enumerate(codes)
             )
         )
-        return Images(list(painted), [image.stats for image in codes])
+        return Images(
+            [image.b64_json for image in painted],
+            [{**c.stats, "paint_span": image.span} for c, image in zip(codes, painted, strict=True)],
+        )
 
     async def health(self) -> JSONResponse:
         """Each deployment's replicas, alive (running) against the target, from Serve's status; 503 when a
@@ -348,7 +382,9 @@ def build_app(
     api_key: str | None = None,
 ):
     """The Serve application: an ingress over one engine deployment per model (and a painter deployment per
-    model with a later stage, `painters` replicas of one image each; default: as many as `replicas`)."""
+    model with a later stage, `painters` replicas of one image each; default: as many as `replicas`). The
+    painters' router queues as many images as the engine replicas hold at most, so that a burst the engines
+    took is painted, not refused after its AR stage."""
     serve = import_serve()
     if not models:
         raise ValueError("the server needs at least one model")
@@ -357,7 +393,9 @@ def build_app(
     engine_class = serve.deployment(
         EngineReplica, max_ongoing_requests=in_flight, max_queued_requests=config.max_queue
     )
-    painter_class = serve.deployment(Painter, max_ongoing_requests=1, max_queued_requests=config.max_queue)
+    painter_class = serve.deployment(
+        Painter, max_ongoing_requests=1, max_queued_requests=replicas.most * in_flight
+    )
     engines, painted, targets = {}, {}, {}
     for name, model in models.items():
         deployment = engine_class.options(name=engine_deployment(name), **replicas.options(config.lanes))
