@@ -17,6 +17,7 @@ from transformers.generation.logits_process import (
 
 import arjet
 from arjet.addons.noise import NoiseConditioning
+from arjet.engine import Engine
 from arjet.pipelines.glm_image import (
     DIFFUSION_COMPONENTS,
     GENERATE_DEFAULTS,
@@ -466,8 +467,9 @@ def test_the_diffusion_stage_alone_paints_the_whole_pipelines_images(stages):
         lambda p: p.check_inputs("a red circle"),
         lambda p: p.session_adapter(),
         lambda p: p.sampling_defaults(),
+        lambda p: Engine(p),
     ],
-    ids=["call", "check_inputs", "session", "defaults"],
+    ids=["call", "check_inputs", "session", "defaults", "engine"],
 )
 def test_the_diffusion_stage_alone_refuses_the_ar_stage_in_one_line(stages, call):
     with pytest.raises(ValueError, match=r"^[^\n]*vision_language_encoder=None: it has no AR model[^\n]*$"):

@@ -26,7 +26,7 @@ def check_lane_memory(pipe: BaseARPipeline, lanes: int, groups: int, prompt_toke
     """Refuse, before anything is allocated, `groups` groups of `lanes` lanes whose KV caches for the
     model's default image (with CFG rows where the model guides by default) would not fit in the memory free
     on the pipeline's device. An estimate of the caches alone: activations come on top."""
-    model = pipe.components[pipe.ar_component]
+    model = pipe.model  # a pipeline loaded without its AR model refuses here, in one line
     per_slot = kv_bytes_per_token(model.config, model.dtype)  # the cache holds the AR model's dtype
     free = available_bytes(pipe._execution_device)
     if per_slot is None or free is None:
