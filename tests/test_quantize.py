@@ -164,6 +164,54 @@ def test_a_random_architecture_is_quantized_layer_by_layer_with_the_same_other_w
     assert pipe(PROMPT, seed=0, output_type="latent").codes.shape[0] == 1
 
 
+# -- checkpoints in the hub's layout ------------------------------------------------------------------
+def _stored_keys(folder):
+    from safetensors import safe_open
+
+    return {key for path in folder.glob("*.safetensors") for key in safe_open(str(path), "pt").keys()}  # noqa: SIM118
+
+
+def _unpacked(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`module`'s parameters and buffers by name, a quantized weight as the tensors it holds (int data,
+    scales) under `name.<field>`."""
+    found = {}
+    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+        if is_quantized(tensor):
+            fields, _ = tensor.__tensor_flatten__()
+            found.update({f"{name}.{field}": getattr(tensor, field) for field in fields})
+        else:
+            found[name] = tensor
+    return found
+
+
+def test_a_folder_in_the_hubs_layout_loads_the_weights_quantizing_after_loading_gives(family, tmp_path):
+    """transformers writes (and reads) a released checkpoint's own layout, renaming keys at load (Emu3's
+    `text_model.model.*` is `model.text_model.*` in its class); the layer-by-layer loader applies the same
+    renamings, so every quantized component holds the int data and scales of a float load quantized after."""
+    pipe = tiny_pipeline(family, grid=GRID)
+    pipe.save_pretrained(tmp_path)
+    ar = pipe.components[pipe.ar_component]
+    renamed = _stored_keys(tmp_path / pipe.ar_component) - ar.state_dict().keys()
+    assert bool(renamed) == (family == "emu3")  # the one family whose hub layout is not its class's
+    loaded = type(pipe).from_pretrained(str(tmp_path), quantization="int8")
+    after = type(pipe).from_pretrained(str(tmp_path)).quantize("int8")
+    for name in pipe.quantized_modules:
+        got, want = _unpacked(loaded.components[name]), _unpacked(after.components[name])
+        assert got.keys() == want.keys() and any(key.endswith(".scale") for key in want)
+        assert [key for key in want if not torch.equal(got[key], want[key])] == [], name
+
+
+def test_negative_control_the_hubs_layout_without_transformers_renamings_is_refused(tmp_path, monkeypatch):
+    from arjet.pipelines import components
+
+    tiny_pipeline("emu3", grid=GRID).save_pretrained(tmp_path)
+    monkeypatch.setattr(
+        components, "_by_model_key", lambda model, stored: {k: (k, f) for k, f in stored.items()}
+    )
+    with pytest.raises(ValueError, match="are not in the checkpoint.*text_model"):
+        arjet.Emu3Pipeline.from_pretrained(str(tmp_path), quantization="int8")
+
+
 # -- exactness: the samplers are exact with respect to the quantized model --------------------------------
 POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 SAMPLES = 4000
