@@ -164,6 +164,41 @@ def test_a_random_architecture_is_quantized_layer_by_layer_with_the_same_other_w
     assert pipe(PROMPT, seed=0, output_type="latent").codes.shape[0] == 1
 
 
+# -- torch.compile -----------------------------------------------------------------------------------------
+COMPILED_TOL = dict(atol=1e-5, rtol=1e-5)  # float32 rounding of inductor's fused kernels (measured: 5e-7)
+
+
+@pytest.mark.slow
+def test_compiled_steps_over_int8_weights_give_the_eager_logits_and_codes():
+    """The pipeline's compiled decoder (what `compile=True` runs on the CPU: "inductor") traces torchao's
+    int8 linear into its graphs without a graph break, gives the eager quantized step's logits within
+    `COMPILED_TOL`, and a seeded `ar` decode the eager codes. About 30 s: inductor compiles two graphs."""
+    from torch._dynamo.utils import counters
+
+    from arjet.session import DecodingSession
+
+    pipe = tiny_pipeline("janus", grid=GRID, vocab_size=8, logit_scale=3.0).quantize("int8")
+    pipe.set_progress_bar_config(disable=True)
+    counters.clear()
+    prefix = pipe.encode_prompts([PROMPT, "green star"], None, GRID, True)
+    sessions = [
+        DecodingSession(pipe.session_adapter(), pipe.image_layout(GRID), prefix, 3.0, decoder=decoder)
+        for decoder in (None, pipe.compiled_decoder())
+    ]
+    codes = torch.randint(0, 8, (2, GRID[0] * GRID[1]), generator=torch.Generator().manual_seed(3))
+    for cell in range(1, codes.shape[1]):
+        eager, compiled = (s.logits(torch.full((2, 1), cell), codes[:, cell - 1 : cell]) for s in sessions)
+        torch.testing.assert_close(compiled, eager, **COMPILED_TOL)
+        for session in sessions:
+            session.commit(torch.ones(2, 1, dtype=torch.bool))
+    assert not counters["graph_break"]
+    decode = dict(sampler="ar", seed=0, output_type="latent")
+    assert torch.equal(
+        pipe([PROMPT, "green star"], compile=True, **decode).codes,
+        pipe([PROMPT, "green star"], compile=False, **decode).codes,
+    )
+
+
 # -- checkpoints in the hub's layout ------------------------------------------------------------------
 def _stored_keys(folder):
     from safetensors import safe_open
