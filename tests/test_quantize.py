@@ -228,9 +228,30 @@ def test_a_folder_in_the_hubs_layout_loads_the_weights_quantizing_after_loading_
     ar = pipe.components[pipe.ar_component]
     renamed = _stored_keys(tmp_path / pipe.ar_component) - ar.state_dict().keys()
     assert bool(renamed) == (family == "emu3")  # the one family whose hub layout is not its class's
-    loaded = type(pipe).from_pretrained(str(tmp_path), quantization="int8")
-    after = type(pipe).from_pretrained(str(tmp_path)).quantize("int8")
-    for name in pipe.quantized_modules:
+    _assert_quantized_load_is_quantizing_after(type(pipe), tmp_path)
+
+
+def test_a_bare_transformers_folder_in_the_hubs_layout_loads_the_same_quantized_weights(family, tmp_path):
+    """Janus-Pro, Emu3-Gen-hf and Lumina-mGPT are released as bare transformers folders (GLM-Image as a
+    pipeline folder only: `test_glm_image`)."""
+    if family == "glm_image":
+        pytest.skip("GLM-Image loads whole pipeline folders only")
+    pipe = tiny_pipeline(family, grid=GRID)
+    pipe.model.save_pretrained(tmp_path)
+    pipe.tokenizer.save_pretrained(tmp_path)
+    extra = {}
+    if family == "lumina_mgpt":
+        pipe.vqgan.save_pretrained(tmp_path / "vqgan")
+        extra = {"resolution": pipe.config.resolution}  # the folder's name does not say it
+    _assert_quantized_load_is_quantizing_after(type(pipe), tmp_path, **extra)
+
+
+def _assert_quantized_load_is_quantizing_after(pipeline_class, folder, **extra):
+    """Every quantized component of the pipeline in `folder` loaded with `quantization="int8"` holds the
+    tensors (int data, scales, float weights) of a float load quantized after."""
+    loaded = pipeline_class.from_pretrained(str(folder), quantization="int8", **extra)
+    after = pipeline_class.from_pretrained(str(folder), **extra).quantize("int8")
+    for name in pipeline_class.quantized_modules:
         got, want = _unpacked(loaded.components[name]), _unpacked(after.components[name])
         assert got.keys() == want.keys() and any(key.endswith(".scale") for key in want)
         assert [key for key in want if not torch.equal(got[key], want[key])] == [], name
