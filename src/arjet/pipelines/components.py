@@ -103,7 +103,8 @@ def load_quantized(
     """The model `config` describes, with the weights of the safetensors files in `folder` read one module at
     a time (floating ones in `dtype`): each linear layer under the module paths `quantized` is quantized as
     soon as its weight is read and its float weight dropped, so the float weights of one layer at a time are
-    in memory, besides what stays float (embeddings, norms, the VQ). On `quantization.device`. Returns the
+    in memory, besides what stays float (embeddings, norms, the VQ). Keys are renamed as transformers renames
+    them at load (`_by_model_key`: a checkpoint in the hub's layout). On `quantization.device`. Returns the
     model and a loader's report (`check_load_report`); a weight the folder lacks is left zero."""
     import torch
     from safetensors import safe_open
@@ -176,9 +177,9 @@ def _by_model_key(model: Any, stored: dict[str, Any]) -> dict[str, tuple[str, An
     renamed = {}
     for key, opened in stored.items():
         name, converted = rename_source_key(key, renamings, converters, prefix, known)
-        if converted is not None or (
-            name not in known and key in known
-        ):  # as transformers' loader falls back
+        # a converted key, or one that names a weight of the model only before renaming: as transformers'
+        # loader, its own name (with the base model's prefix added or dropped)
+        if converted is not None or (name not in known and key in known):
             name, _ = rename_source_key(key, [], [], prefix, known)
         renamed[name] = (key, opened)
     return renamed
