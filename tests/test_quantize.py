@@ -164,6 +164,110 @@ def test_a_random_architecture_is_quantized_layer_by_layer_with_the_same_other_w
     assert pipe(PROMPT, seed=0, output_type="latent").codes.shape[0] == 1
 
 
+# -- torch.compile -----------------------------------------------------------------------------------------
+COMPILED_TOL = dict(atol=1e-5, rtol=1e-5)  # float32 rounding of inductor's fused kernels (measured: 5e-7)
+
+
+@pytest.mark.slow
+def test_compiled_steps_over_int8_weights_give_the_eager_logits_and_codes():
+    """The pipeline's compiled decoder (what `compile=True` runs on the CPU: "inductor") traces torchao's
+    int8 linear into its graphs without a graph break, gives the eager quantized step's logits within
+    `COMPILED_TOL`, and a seeded `ar` decode the eager codes. About 30 s: inductor compiles two graphs."""
+    from torch._dynamo.utils import counters
+
+    from arjet.session import DecodingSession
+
+    pipe = tiny_pipeline("janus", grid=GRID, vocab_size=8, logit_scale=3.0).quantize("int8")
+    pipe.set_progress_bar_config(disable=True)
+    counters.clear()
+    prefix = pipe.encode_prompts([PROMPT, "green star"], None, GRID, True)
+    sessions = [
+        DecodingSession(pipe.session_adapter(), pipe.image_layout(GRID), prefix, 3.0, decoder=decoder)
+        for decoder in (None, pipe.compiled_decoder())
+    ]
+    codes = torch.randint(0, 8, (2, GRID[0] * GRID[1]), generator=torch.Generator().manual_seed(3))
+    for cell in range(1, codes.shape[1]):
+        eager, compiled = (s.logits(torch.full((2, 1), cell), codes[:, cell - 1 : cell]) for s in sessions)
+        torch.testing.assert_close(compiled, eager, **COMPILED_TOL)
+        for session in sessions:
+            session.commit(torch.ones(2, 1, dtype=torch.bool))
+    assert not counters["graph_break"]
+    decode = dict(sampler="ar", seed=0, output_type="latent")
+    assert torch.equal(
+        pipe([PROMPT, "green star"], compile=True, **decode).codes,
+        pipe([PROMPT, "green star"], compile=False, **decode).codes,
+    )
+
+
+# -- checkpoints in the hub's layout ------------------------------------------------------------------
+def _stored_keys(folder):
+    from safetensors import safe_open
+
+    return {key for path in folder.glob("*.safetensors") for key in safe_open(str(path), "pt").keys()}  # noqa: SIM118
+
+
+def _unpacked(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`module`'s parameters and buffers by name, a quantized weight as the tensors it holds (int data,
+    scales) under `name.<field>`."""
+    found = {}
+    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+        if is_quantized(tensor):
+            fields, _ = tensor.__tensor_flatten__()
+            found.update({f"{name}.{field}": getattr(tensor, field) for field in fields})
+        else:
+            found[name] = tensor
+    return found
+
+
+def test_a_folder_in_the_hubs_layout_loads_the_weights_quantizing_after_loading_gives(family, tmp_path):
+    """transformers writes (and reads) a released checkpoint's own layout, renaming keys at load (Emu3's
+    `text_model.model.*` is `model.text_model.*` in its class); the layer-by-layer loader applies the same
+    renamings, so every quantized component holds the int data and scales of a float load quantized after."""
+    pipe = tiny_pipeline(family, grid=GRID)
+    pipe.save_pretrained(tmp_path)
+    ar = pipe.components[pipe.ar_component]
+    renamed = _stored_keys(tmp_path / pipe.ar_component) - ar.state_dict().keys()
+    assert bool(renamed) == (family == "emu3")  # the one family whose hub layout is not its class's
+    _assert_quantized_load_is_quantizing_after(type(pipe), tmp_path)
+
+
+def test_a_bare_transformers_folder_in_the_hubs_layout_loads_the_same_quantized_weights(family, tmp_path):
+    """Janus-Pro, Emu3-Gen-hf and Lumina-mGPT are released as bare transformers folders (GLM-Image as a
+    pipeline folder only: `test_glm_image`)."""
+    if family == "glm_image":
+        pytest.skip("GLM-Image loads whole pipeline folders only")
+    pipe = tiny_pipeline(family, grid=GRID)
+    pipe.model.save_pretrained(tmp_path)
+    pipe.tokenizer.save_pretrained(tmp_path)
+    extra = {}
+    if family == "lumina_mgpt":
+        pipe.vqgan.save_pretrained(tmp_path / "vqgan")
+        extra = {"resolution": pipe.config.resolution}  # the folder's name does not say it
+    _assert_quantized_load_is_quantizing_after(type(pipe), tmp_path, **extra)
+
+
+def _assert_quantized_load_is_quantizing_after(pipeline_class, folder, **extra):
+    """Every quantized component of the pipeline in `folder` loaded with `quantization="int8"` holds the
+    tensors (int data, scales, float weights) of a float load quantized after."""
+    loaded = pipeline_class.from_pretrained(str(folder), quantization="int8", **extra)
+    after = pipeline_class.from_pretrained(str(folder), **extra).quantize("int8")
+    for name in pipeline_class.quantized_modules:
+        got, want = _unpacked(loaded.components[name]), _unpacked(after.components[name])
+        assert got.keys() == want.keys() and any(key.endswith(".scale") for key in want)
+        assert [key for key in want if not torch.equal(got[key], want[key])] == [], name
+
+
+def test_negative_control_the_hubs_layout_without_transformers_renamings_is_refused(tmp_path, monkeypatch):
+    from arjet.pipelines import components
+
+    tiny_pipeline("emu3", grid=GRID).save_pretrained(tmp_path)
+    monkeypatch.setattr(
+        components, "_by_model_key", lambda model, stored: {k: (k, f) for k, f in stored.items()}
+    )
+    with pytest.raises(ValueError, match="are not in the checkpoint.*text_model"):
+        arjet.Emu3Pipeline.from_pretrained(str(tmp_path), quantization="int8")
+
+
 # -- exactness: the samplers are exact with respect to the quantized model --------------------------------
 POLICY = LogitsPolicy(temperature=0.8, top_k=3)
 SAMPLES = 4000

@@ -112,6 +112,15 @@ def test_cuda_graphs_give_the_eager_codes(family, sampler):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("sampler", ["ar", SJD(window=3), SJDPAC(window=9, tree_width=2)], ids=repr)
+def test_cuda_graphs_over_int8_weights_give_the_eager_codes(family, sampler):
+    """A captured step replays torchao's int8 kernels as the eager step runs them (bfloat16 activations)."""
+    pipe = tiny_pipeline(family, grid=GRIDS[family], vocab_size=8, logit_scale=3.0).to("cuda", torch.bfloat16)
+    pipe.quantize("int8")
+    assert torch.equal(_codes(pipe, sampler, compile="cuda-graphs"), _codes(pipe, sampler))
+
+
+@pytest.mark.cuda
 def test_cuda_graphs_run_sjd2_and_the_builtin_model(builtin_pipe):
     pipe = _with_noise_conditioning(tiny_pipeline("emu3", grid=(3, 5), vocab_size=8, logit_scale=3.0)).to(
         "cuda"

@@ -205,20 +205,17 @@ def test_max_graphs_is_checked():
 
 
 # -- bfloat16: distributions, not bits -------------------------------------------------------------------
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="captured steps need a CUDA device")
-@pytest.mark.parametrize("sampler", ["ar", "sjd:window=3"])
-def test_captured_bfloat16_decodes_pass_the_same_distribution_test_as_eager_ones(sampler):
-    """In bfloat16 captured and eager kernels round differently, so their codes may differ: both must pass
-    the chi-square test against the exact joint of `ar` (enumerated from the same bfloat16 model)."""
+def _draws_pass_the_distribution_test(pipe, sampler, modes):
+    """For each compile mode, `sampler`'s codes from `pipe` (a 2 x 2 grid, 4 codes, on CUDA) pass the
+    chi-square test against the exact joint of `ar` enumerated from the same model; returns each call's stats."""
     from arjet.samplers import LogitsPolicy
 
     grid, prompt, samples, alpha = (2, 2), "a red circle", 4000, 1e-5
-    pipe = tiny_pipeline("janus", grid=grid, vocab_size=4, logit_scale=3.0).to("cuda", torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
     policy = LogitsPolicy(temperature=0.8, top_k=3)
     exact = exact_joint(pipe, prompt, grid, policy, 3.0)
-    for mode in ("cuda-graphs", False):
+    stats = {}
+    for mode in modes:
         out = pipe(
             prompt,
             sampler=sampler,
@@ -231,3 +228,30 @@ def test_captured_bfloat16_decodes_pass_the_same_distribution_test_as_eager_ones
             compile=mode,
         )
         assert goodness_of_fit(drawn(out).cpu(), exact) > alpha, mode
+        stats[mode] = out.stats[0].extra
+    return stats
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="captured steps need a CUDA device")
+@pytest.mark.parametrize("sampler", ["ar", "sjd:window=3"])
+def test_captured_bfloat16_decodes_pass_the_same_distribution_test_as_eager_ones(sampler):
+    """In bfloat16 captured and eager kernels round differently, so their codes may differ: both must pass
+    the chi-square test against the exact joint of `ar` (enumerated from the same bfloat16 model)."""
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=4, logit_scale=3.0).to("cuda", torch.bfloat16)
+    _draws_pass_the_distribution_test(pipe, sampler, ("cuda-graphs", False))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="captured steps need a CUDA device")
+@pytest.mark.parametrize("sampler", ["ar", "sjd:window=3"])
+def test_auto_and_compiled_steps_over_int8_weights_pass_the_distribution_test(sampler):
+    """Over torchao's int8 weights "auto" captures a call's steps without falling back to eager, and
+    "inductor-graphs" (an engine's "auto") runs the compiled layers inside the captured steps: each passes
+    the chi-square test against the exact joint of the quantized bfloat16 model, as eager steps do."""
+    pipe = tiny_pipeline("janus", grid=(2, 2), vocab_size=4, logit_scale=3.0).to("cuda", torch.bfloat16)
+    pipe.quantize("int8")
+    stats = _draws_pass_the_distribution_test(pipe, sampler, (AUTO_COMPILE, "inductor-graphs", False))
+    assert pipe.eager_fallback.failure is None
+    for mode in (AUTO_COMPILE, "inductor-graphs"):
+        assert stats[mode]["graph_captures"] >= 1, mode

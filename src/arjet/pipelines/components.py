@@ -103,7 +103,8 @@ def load_quantized(
     """The model `config` describes, with the weights of the safetensors files in `folder` read one module at
     a time (floating ones in `dtype`): each linear layer under the module paths `quantized` is quantized as
     soon as its weight is read and its float weight dropped, so the float weights of one layer at a time are
-    in memory, besides what stays float (embeddings, norms, the VQ). On `quantization.device`. Returns the
+    in memory, besides what stays float (embeddings, norms, the VQ). Keys are renamed as transformers renames
+    them at load (`_by_model_key`: a checkpoint in the hub's layout). On `quantization.device`. Returns the
     model and a loader's report (`check_load_report`); a weight the folder lacks is left zero."""
     import torch
     from safetensors import safe_open
@@ -120,12 +121,13 @@ def load_quantized(
         names_of.setdefault(id(param), []).append(name)
     report: dict[str, list] = {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": []}
     with contextlib.ExitStack() as files:
-        where = {
+        stored = {
             key: opened
             for path in _safetensors_files(folder)
             for opened in [files.enter_context(safe_open(str(path), "pt", device="cpu"))]
             for key in opened.keys()  # noqa: SIM118 (a safetensors file is no mapping)
         }
+        where = _by_model_key(model, stored)
         shared: dict[int, torch.nn.Parameter] = {}
         for path, module in model.named_modules():
             for name, param in module._parameters.items():
@@ -141,18 +143,52 @@ def load_quantized(
             for name, buffer in module._buffers.items():
                 key = f"{path}.{name}" if path else name
                 if buffer is not None:
-                    found = where[key].get_tensor(key) if key in where else buffer
+                    found = _tensor(where, key) if key in where else buffer
                     module._buffers[name] = found.to(device=device, dtype=_cast(found, dtype))
             if path in chosen:
                 quantization.apply(module, ("",))
                 release_freed_memory()  # the float weight just dropped
         known = {name for names in names_of.values() for name in names} | dict(model.named_buffers()).keys()
-        report["unexpected_keys"] = sorted(set(where) - known)
+        report["unexpected_keys"] = sorted(where[key][0] for key in set(where) - known)
     if (Path(folder) / "generation_config.json").is_file():
         from transformers import GenerationConfig
 
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model.eval(), report
+
+
+def _by_model_key(model: Any, stored: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The checkpoint's tensors (`stored`: key -> the open file holding it) by the model's name for each:
+    (the checkpoint's key, its file). A transformers model is read as its `from_pretrained` reads it, with
+    the renamings transformers applies at load (a checkpoint in the hub's layout, Emu3's
+    `text_model.model.*` read as `model.text_model.*`, and the base model's prefix added or dropped); a key
+    that needs more than a renaming (a converter that splits or joins tensors) keeps its own name, so strict
+    loading reports it."""
+    if not _is_transformers(type(model)):
+        return {key: (key, opened) for key, opened in stored.items()}
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    transforms = get_model_conversion_mapping(model)
+    renamings = [entry for entry in transforms if isinstance(entry, WeightRenaming)]
+    converters = [entry for entry in transforms if isinstance(entry, WeightConverter)]
+    known = model.state_dict()
+    prefix = model.base_model_prefix
+    renamed = {}
+    for key, opened in stored.items():
+        name, converted = rename_source_key(key, renamings, converters, prefix, known)
+        # a converted key, or one that names a weight of the model only before renaming: as transformers'
+        # loader, its own name (with the base model's prefix added or dropped)
+        if converted is not None or (name not in known and key in known):
+            name, _ = rename_source_key(key, [], [], prefix, known)
+        renamed[name] = (key, opened)
+    return renamed
+
+
+def _tensor(where: dict[str, tuple[str, Any]], name: str) -> Any:
+    """The tensor `where` (`_by_model_key`) holds for the model's weight `name`."""
+    key, opened = where[name]
+    return opened.get_tensor(key)
 
 
 def _safetensors_files(folder: str | Path) -> list[Path]:
@@ -177,12 +213,12 @@ def _read(where: dict, names: list[str], param: Any, dtype: Any, device: Any, re
     import torch
 
     key = next((name for name in names if name in where), None)
-    tensor = None if key is None else where[key].get_tensor(key)
+    tensor = None if key is None else _tensor(where, key)
     if tensor is None or tensor.shape != param.shape:
         if tensor is None:
             report["missing_keys"].extend(names)
         else:
-            report["mismatched_keys"].append((key, tuple(tensor.shape), tuple(param.shape)))
+            report["mismatched_keys"].append((where[key][0], tuple(tensor.shape), tuple(param.shape)))
         return torch.zeros(param.shape, dtype=_cast(param, dtype), device=device)
     return tensor.to(device=device, dtype=_cast(tensor, dtype))
 
