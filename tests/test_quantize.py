@@ -252,9 +252,21 @@ def _assert_quantized_load_is_quantizing_after(pipeline_class, folder, **extra):
     loaded = pipeline_class.from_pretrained(str(folder), quantization="int8", **extra)
     after = pipeline_class.from_pretrained(str(folder), **extra).quantize("int8")
     for name in pipeline_class.quantized_modules:
+        if name in extra:  # left out as it loaded (a stage alone): nothing to quantize
+            assert loaded.components[name] is after.components[name] is None
+            continue
         got, want = _unpacked(loaded.components[name]), _unpacked(after.components[name])
         assert got.keys() == want.keys() and any(key.endswith(".scale") for key in want)
         assert [key for key in want if not torch.equal(got[key], want[key])] == [], name
+
+
+@pytest.mark.parametrize("stage", ["paint", "ar"])
+def test_a_glm_image_stage_loaded_alone_quantizes_the_components_it_holds(tmp_path, stage):
+    """A Ray painter (no AR model) or engine replica (no DiT) of GLM-Image with `--quantize`."""
+    pipe = tiny_pipeline("glm_image", grid=GRID)
+    pipe.save_pretrained(tmp_path)
+    left_out = (pipe.ar_component,) if stage == "paint" else pipe.later_stage_components
+    _assert_quantized_load_is_quantizing_after(type(pipe), tmp_path, **dict.fromkeys(left_out))
 
 
 def test_negative_control_the_hubs_layout_without_transformers_renamings_is_refused(tmp_path, monkeypatch):

@@ -192,3 +192,20 @@ def test_a_model_that_cannot_decode_is_refused_in_one_line_at_its_warm_up(
     )
     assert error.count("\n") == 1 and "Traceback" not in error
     assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []
+
+
+def test_serve_on_ray_hands_quantize_to_every_replica_and_refuses_a_scheme_it_cannot_run(monkeypatch, capsys):
+    """`--quantize` reached no replica on Ray (they loaded the float weights); a scheme the replicas'
+    device cannot run is refused before Ray starts."""
+    pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'arjet[ray]')")
+    pytest.importorskip("torchao", reason="quantization needs torchao (pip install 'arjet[quant]')")
+    from arjet.serve import ray_app
+
+    built = {}
+    monkeypatch.setattr(ray_app, "build_app", lambda models, *a, **k: built.update(models))
+    monkeypatch.setattr(ray_app, "run", lambda *a, **k: None)  # no Ray: what it would be given is enough
+    assert _serve("--ray", "--quantize", "int8") == 0
+    assert built == {"shapes": ray_app.ServedModel("shapes", later_stage=False, quantization="int8")}
+    built.clear()
+    assert _serve("--ray", "--quantize", "int4") == 2
+    assert "int4 quantization has no kernel on cpu" in capsys.readouterr().err and not built

@@ -486,3 +486,46 @@ def test_paint_refuses_what_it_cannot_paint(stages):
         painter.paint(codes, ["x", "y"])
     with pytest.raises(ValueError, match="'pil', 'np' or 'pt'"):
         painter.paint(codes, "x", output_type="latent")
+
+
+# -- the AR stage alone (`transformer=None`, ...: `later_stage_components`) ------------------------------
+@pytest.fixture(scope="module")
+def ar_stage(pipe, stages, tmp_path_factory):
+    """The tiny pipeline loaded without its later stage's components, from a copy that no longer has them."""
+    folder = tmp_path_factory.mktemp("glm-ar")
+    pipe.save_pretrained(folder)
+    for name in arjet.GlmImagePipeline.later_stage_components:
+        shutil.rmtree(folder / name)
+    left_out = dict.fromkeys(arjet.GlmImagePipeline.later_stage_components)
+    decoder = arjet.ARPipeline.from_pretrained(str(folder), **left_out)
+    decoder.set_progress_bar_config(disable=True)
+    return decoder
+
+
+def test_the_ar_stage_alone_decodes_the_whole_pipelines_codes_without_the_dit(stages, ar_stage):
+    whole = stages[0]
+    assert ar_stage.decodes_only and not whole.decodes_only
+    held = {name for name, c in ar_stage.components.items() if isinstance(c, torch.nn.Module)}
+    assert held == {"vision_language_encoder"}
+    options = dict(sampler="sjd", seed=[3, 4], output_type="latent")
+    assert torch.equal(ar_stage(PROMPTS, **options).codes, whole(PROMPTS, **options).codes)
+    engine = Engine(ar_stage).start()  # what a Ray engine replica of GLM-Image runs
+    try:
+        (result,) = engine.generate(PROMPTS[:1], seed=3, output_type="latent")
+    finally:
+        engine.close()
+    assert torch.equal(result.codes, whole(PROMPTS[0], seed=3, output_type="latent").codes[0])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: p("a red circle"),
+        lambda p: p("a red circle", output_type="np"),
+        lambda p: p.paint(torch.zeros(1, *GRID, dtype=torch.long), "x"),
+    ],
+    ids=["call", "np", "paint"],
+)
+def test_the_ar_stage_alone_refuses_to_paint_in_one_line(ar_stage, call):
+    with pytest.raises(ValueError, match=r"^[^\n]*transformer=None: it has no diffusion stage[^\n]*$"):
+        call(ar_stage)

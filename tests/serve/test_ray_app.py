@@ -171,8 +171,8 @@ def test_a_replica_killed_mid_run_loses_no_request_and_is_replaced(server, model
 
 
 def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm):
-    """The AR stage in an engine replica, the DiT in a painter replica that holds no AR model: each image's
-    codes and pixels are the one-process pipeline's."""
+    """The AR stage in an engine replica that holds no DiT, the DiT in a painter replica that holds no AR
+    model: each image's codes and pixels are the one-process pipeline's."""
     pipe = glm[0]
     out = serving_clients.client(server).images.generate(
         model="glm", prompt="a red circle", n=2, response_format="b64_json", extra_body={"seed": 5}
@@ -191,6 +191,10 @@ def test_glm_image_runs_its_ar_stage_and_its_dit_as_two_deployments(server, glm)
     painter = serve.get_deployment_handle("painter-glm", app_name=ray_app.APP_NAME)
     held = painter.components.remote().result()
     assert held["vision_language_encoder"] is None and held["transformer"] == "GlmImageTransformer2DModel"
+    engine = serve.get_deployment_handle("engine-glm", app_name=ray_app.APP_NAME)
+    held = engine.components.remote().result()
+    assert held["vision_language_encoder"] == "GlmImageForConditionalGeneration"
+    assert held["transformer"] is held["vae"] is held["text_encoder"] is None
 
 
 def glm_spans(url, seeds, clients: int) -> dict[int, tuple[list[float], list[float]]]:

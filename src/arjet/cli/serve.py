@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..limits import SERVE_ENGINE
+from ..quantize import Quantization
 from . import types
 from .options import (
     LASTING_GPU,
@@ -169,12 +170,16 @@ def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_ke
     from ..serve import ray_app
 
     ray_app.import_serve()  # a clear error without Ray, before anything starts
+    quantization = Quantization.parse(args.quantize)
+    if quantization is not None:  # where the replicas run: a GPU each with --replica-gpus, else a CPU
+        quantization.check(args.device or ("cuda" if args.replica_gpus else "cpu"))
     replicas = ray_app.Replicas(
         args.replicas, args.min_replicas, args.max_replicas, args.replica_cpus, args.replica_gpus
     )
     threads = args.threads or max(1, int(args.replica_cpus))
     models = {
-        name: ray_app.ServedModel(source, ray_app.later_stage(source)) for name, source in choices.items()
+        name: ray_app.ServedModel(source, ray_app.later_stage(source), args.quantize)
+        for name, source in choices.items()
     }
     app = ray_app.build_app(models, config, replicas, device=args.device, threads=threads, api_key=api_key)
     print(f"serving {', '.join(models)} on Ray at http://{args.host}:{args.port}/v1", flush=True)

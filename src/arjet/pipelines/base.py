@@ -88,6 +88,9 @@ class BaseARPipeline(DiffusionPipeline):
     model_type: ClassVar[str] = ""  # the transformers `model_type` this family loads from a bare checkpoint
     model_class: ClassVar[type] = object
     ar_component: ClassVar[str] = "model"  # the component holding the AR model (`model_class`)
+    # the components only a later stage (GLM-Image's DiT) uses: a pipeline loaded with each of them None
+    # decodes codes (`output_type="latent"`) without their weights
+    later_stage_components: ClassVar[tuple[str, ...]] = ()
     # what `quantization=` quantizes: component -> the module paths whose linear layers it quantizes (the AR
     # decoder's layers and its code head; never embeddings, norms or the VQ; "" is every linear layer)
     quantized_modules: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -298,7 +301,8 @@ class BaseARPipeline(DiffusionPipeline):
         if quantization.drafter:
             self.check_drafter_quantizable()
         for name, paths in self.quantized_modules.items():
-            quantization.apply(self.components[name], paths)
+            if self.components[name] is not None:  # a stage loaded alone holds the other stage's as None
+                quantization.apply(self.components[name], paths)
         self.quantization = quantization
         if quantization.drafter:
             self.quantize_drafter(quantization)

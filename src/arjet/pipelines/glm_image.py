@@ -110,6 +110,7 @@ class GlmImagePipeline(BaseARPipeline):
     }
     model_cpu_offload_seq = "vision_language_encoder->text_encoder->transformer->vae"
     ar_component: ClassVar[str] = "vision_language_encoder"
+    later_stage_components: ClassVar[tuple[str, ...]] = ("text_encoder", "transformer", "vae")
     classifier_free_guidance: ClassVar[bool] = False
     guidance_hint: ClassVar[str] = " (dit_guidance_scale= sets the diffusion stage's guidance)"
 
@@ -164,6 +165,19 @@ class GlmImagePipeline(BaseARPipeline):
         return self.vision_language_encoder is None
 
     @property
+    def decodes_only(self) -> bool:
+        """Whether this pipeline holds the AR stage alone (loaded with `transformer=None`): it decodes codes
+        (`output_type="latent"`) but paints nothing."""
+        return self.transformer is None
+
+    def _check_paints(self) -> None:
+        if self.decodes_only:
+            raise ValueError(
+                "this GlmImagePipeline was loaded with transformer=None: it has no diffusion stage, so it only "
+                "decodes codes (output_type='latent'); load it without transformer=None to paint images"
+            )
+
+    @property
     def model(self) -> GlmImageForConditionalGeneration:
         """The AR model (what the other families call `model`); a ValueError on a pipeline loaded without it."""
         if self.renders_only:
@@ -201,6 +215,8 @@ class GlmImagePipeline(BaseARPipeline):
         **options: Any,
     ) -> CheckedInputs:
         """The checks of every family, then the diffusion stage's options."""
+        if options.get("output_type", "pil") != "latent":
+            self._check_paints()
         stage_options = self.diffusion_options(num_inference_steps, dit_guidance_scale)
         call = super().check_inputs(prompt, negative_prompt, **options)
         call.stage_options = stage_options
@@ -349,6 +365,7 @@ class GlmImagePipeline(BaseARPipeline):
         codes was given: each image's key is drawn first, as that call's AR stage drew it, so the images are
         that call's (at the same `threads`, as a call takes them). What a pipeline loaded with
         `vision_language_encoder=None` does."""
+        self._check_paints()
         if not isinstance(codes, torch.Tensor) or codes.dim() != 3 or codes.dtype != torch.long:
             raise ValueError(
                 f"codes must be a LongTensor [N, H, W] of decoded codes, got {_described(codes)}"

@@ -347,10 +347,13 @@ async def generate_images(
     return Images(images, [image_stats(parsed.seed + i, result) for i, result in enumerate(results)])
 
 
-async def decoded(engine: Engine, parsed: ImagesRequest, disconnected: Disconnected) -> list[EngineResult]:
-    """`parsed`'s engine results (their codes; images rendered on first read): ApiError for a refusal or a
-    failure; the images are cancelled when the client leaves or this coroutine is cancelled."""
-    submitted = _submit(engine, parsed)
+async def decoded(
+    engine: Engine, parsed: ImagesRequest, disconnected: Disconnected, output_type: str = "pil"
+) -> list[EngineResult]:
+    """`parsed`'s engine results (their codes; images in `output_type` rendered on first read, none for
+    "latent"): ApiError for a refusal or a failure; the images are cancelled when the client leaves or this
+    coroutine is cancelled."""
+    submitted = _submit(engine, parsed, output_type)
     try:
         return await _wait(disconnected, submitted)
     finally:
@@ -389,7 +392,7 @@ def _health(engine: Engine) -> dict[str, Any]:
     }
 
 
-def _submit(engine: Engine, request: ImagesRequest) -> list:
+def _submit(engine: Engine, request: ImagesRequest, output_type: str) -> list:
     """The engine requests of `request`'s images (all or none: one that is refused takes the others back)."""
     height, width = request.size or (None, None)
     submitted = []
@@ -403,6 +406,7 @@ def _submit(engine: Engine, request: ImagesRequest) -> list:
                     height=height,
                     width=width,
                     sampling=request.sampling,
+                    output_type=output_type,
                 )
             )
     except Exception as error:

@@ -123,6 +123,7 @@ class ServedModel:
 
     source: str
     later_stage: bool = False
+    quantization: str | None = None  # `--quantize`: the scheme its replicas' weights load in (None: as saved)
 
 
 def later_stage(source: str) -> bool:
@@ -135,10 +136,13 @@ def later_stage(source: str) -> bool:
     return folder.is_dir() and checkpoint_kind(folder)[1] in LATER_STAGE_CLASSES
 
 
-def load_replica_pipeline(source: str, device: str | None, threads: int | None, *, render_only: bool = False):
-    """The model `source` on `device` (a replica that Ray gave a GPU sees it as `cuda`), torch's CPU threads
-    pinned to `threads` (so that images equal a one-process run's at that count). `render_only`: without
-    its AR model, passed as None (diffusers' way to leave a component out: its weights are never read)."""
+def load_replica_pipeline(
+    model: ServedModel, device: str | None, threads: int | None, *, stage: str = "both"
+):
+    """`model` on `device` (a replica that Ray gave a GPU sees it as `cuda`), quantized as it says, torch's
+    CPU threads pinned to `threads` (so that images equal a one-process run's at that count). `stage`: "ar"
+    leaves out the components only the later stage uses, "paint" leaves out the AR model (each passed as
+    None, diffusers' way to leave a component out: its weights are never read), "both" loads them all."""
     import torch
 
     from ..builtin import load_model, resolve_model
@@ -150,11 +154,11 @@ def load_replica_pipeline(source: str, device: str | None, threads: int | None, 
         PROCESS_THREADS.pin(threads)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    left_out = {}
-    if render_only:
-        family = ARPipeline.pipeline_class(resolve_checkpoint(resolve_model(source)))
-        left_out[family.ar_component] = None
-    pipe = load_model(source, device=device, **left_out)
+    left_out: tuple[str, ...] = ()
+    if stage != "both":
+        family = ARPipeline.pipeline_class(resolve_checkpoint(resolve_model(model.source)))
+        left_out = family.later_stage_components if stage == "ar" else (family.ar_component,)
+    pipe = load_model(model.source, device=device, quantization=model.quantization, **dict.fromkeys(left_out))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -188,16 +192,27 @@ def ar_span(taken: float, result: Any) -> list[float]:
     return [start, start + result.stats.seconds]
 
 
-class EngineReplica:
-    """One engine replica: today's `Engine` over one model, started and warmed up before it takes work."""
+def component_classes(pipe) -> dict[str, str | None]:
+    """Each of `pipe`'s components' class name (None: left out when it loaded)."""
+    return {name: None if c is None else type(c).__name__ for name, c in pipe.components.items()}
 
-    def __init__(self, source: str, config: EngineConfig, device: str | None, threads: int | None):
-        pipe = load_replica_pipeline(source, device, threads)
+
+class EngineReplica:
+    """One engine replica: today's `Engine` over one model, started and warmed up before it takes work. A
+    model with a later stage loads without that stage's components (GLM-Image: no DiT, VAE or glyph
+    encoder), so the later stage's weights take no room on its device."""
+
+    def __init__(self, model: ServedModel, config: EngineConfig, device: str | None, threads: int | None):
+        pipe = load_replica_pipeline(model, device, threads, stage="ar" if model.later_stage else "both")
         self.engine = Engine(pipe, config).start()
         self.engine.warm_up()
 
     def limits(self) -> ModelLimits:
         return ModelLimits.of(self.engine)
+
+    def components(self) -> dict[str, str | None]:
+        """What this replica holds: each component's class name (None: left out)."""
+        return component_classes(self.engine.pipe)
 
     def pid(self) -> int:
         """This replica's process id (to watch it, or to kill it in a test of a replica's death)."""
@@ -214,7 +229,7 @@ class EngineReplica:
         """`parsed`'s AR stage only: each image's codes, for a painter."""
         taken = time.time()
         try:
-            results = await decoded(self.engine, parsed, _connected)
+            results = await decoded(self.engine, parsed, _connected, output_type="latent")  # a painter paints
         except ApiError as error:
             return error
         return [
@@ -238,15 +253,15 @@ class Painter:
     loads the pipeline without its AR model (GLM-Image: the DiT, the VAE, the glyph encoder and their
     tokenizer, processor and scheduler), so the AR model's weights take no room on its device."""
 
-    def __init__(self, source: str, device: str | None, threads: int | None):
-        self.pipe = load_replica_pipeline(source, device, threads, render_only=True)
+    def __init__(self, model: ServedModel, device: str | None, threads: int | None):
+        self.pipe = load_replica_pipeline(model, device, threads, stage="paint")
 
     def pid(self) -> int:
         return os.getpid()
 
     def components(self) -> dict[str, str | None]:
         """What this replica holds: each component's class name (None: left out)."""
-        return {name: None if c is None else type(c).__name__ for name, c in self.pipe.components.items()}
+        return component_classes(self.pipe)
 
     async def paint(self, parsed: ImagesRequest, index: int, codes: Any) -> Painted | ApiError:
         """Image `index` of `parsed` from its codes, as a base64 PNG, and when it was painted."""
@@ -399,11 +414,11 @@ def build_app(
     engines, painted, targets = {}, {}, {}
     for name, model in models.items():
         deployment = engine_class.options(name=engine_deployment(name), **replicas.options(config.lanes))
-        engines[name] = deployment.bind(model.source, config, device, threads)
+        engines[name] = deployment.bind(model, config, device, threads)
         targets[engine_deployment(name)] = replicas.target
         if model.later_stage:
             deployment = painter_class.options(name=painter_deployment(name), **painters.options(1))
-            painted[name] = deployment.bind(model.source, device, threads)
+            painted[name] = deployment.bind(model, device, threads)
             targets[painter_deployment(name)] = painters.target
     ingress = serve.deployment(
         serve.ingress()(Ingress),
