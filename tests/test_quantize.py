@@ -42,6 +42,8 @@ def test_an_unknown_scheme_is_refused_naming_it_and_the_choices(no_loading):
     assert "'int3'" in text and "int8, int4, fp8" in text
     with pytest.raises(ValueError, match="got 8"):
         Quantization.parse(8)
+    with pytest.raises(ValueError, match=r"pass quantization=None itself, not Quantization\(None\)"):
+        Quantization(None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals of a machine without CUDA")

@@ -268,9 +268,7 @@ def check_text_file(path: str | os.PathLike, limit: int | None = None) -> None:
     if path.exists() and not path.is_file():
         raise ValueError(f"{path} is not a regular file (a directory, FIFO, socket or device); give a file")
     if path.exists() and path.stat().st_size > limit:
-        raise ValueError(
-            f"{path} holds more than {limit:,} bytes; a config, tokenizer or prompt file is smaller"
-        )
+        raise ValueError(f"{path} holds more than {limit:,} bytes, the most arjet reads from such a file")
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
 SCHEMES = ("int8", "int4", "fp8")
 INSTALL = "pip install 'arjet[quant]'"
+
+
+class TorchaoMissing(ImportError, ValueError):
+    """torchao is not installed (a ValueError too: the command line tells it in one line)."""
+
+
 INT4_GROUP = 128  # inputs per int4 scale: Lumina-mGPT 2.0's and gpt-fast's choice
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper: the first with float8 matrix units
 
@@ -40,6 +46,11 @@ class Quantization:
     drafter: bool = False
 
     def __post_init__(self):
+        if self.scheme is None:
+            raise ValueError(
+                f"Quantization needs a scheme, one of {', '.join(SCHEMES)}; for no quantization pass "
+                "quantization=None itself, not Quantization(None)"
+            )
         if self.scheme not in SCHEMES:
             raise ValueError(
                 f"unknown quantization {self.scheme!r}: choose one of {', '.join(SCHEMES)} (or None: no quantization)"
@@ -75,7 +86,7 @@ class Quantization:
         import torch
 
         if not torchao_installed():
-            raise ImportError(f"quantization={self.scheme!r} needs torchao: {INSTALL}")
+            raise TorchaoMissing(f"quantization={self.scheme!r} needs torchao: {INSTALL}")
         device = torch.device(device)
         if device.type == "cuda" and not torch.cuda.is_available():
             device = torch.device("cpu")  # what the weights would be quantized on here

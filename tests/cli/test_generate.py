@@ -272,3 +272,17 @@ def test_a_quantization_without_a_kernel_here_is_one_line_before_loading(monkeyp
         error.startswith("arjet generate: error: fp8 quantization needs a CUDA GPU")
         and error.count("\n") == 1
     )
+
+
+def test_without_torchao_quantize_is_one_line_naming_the_extra(monkeypatch, capsys):
+    """It was a 30-line ImportError traceback (the message was right, main reports ValueErrors only)."""
+    from arjet import quantize
+    from arjet.pipelines import base
+
+    monkeypatch.setattr(quantize, "torchao_installed", lambda: False)
+    monkeypatch.setattr(
+        base, "load_component", lambda *a, **k: pytest.fail("weights read before the refusal")
+    )
+    assert cli.main(["generate", PROMPT, "--quantize", "int8", "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert error == "arjet generate: error: quantization='int8' needs torchao: pip install 'arjet[quant]'\n"

@@ -86,6 +86,18 @@ def test_a_clip_folders_tokenizer_file_that_is_huge_or_a_fifo_is_refused_by_name
         parse_clip_spec_check(f"domain:{folder}")
 
 
+@pytest.mark.parametrize(
+    "make", [os.mkfifo, lambda p: p.symlink_to("/dev/zero"), os.mkdir], ids=["fifo", "device", "dir"]
+)
+def test_a_clip_folders_config_that_is_not_a_regular_file_is_named_so(tiny_clip_dir, tmp_path, make):
+    """The seventh re-probe's (j): it was reported as missing ("lacks open_clip_config.json")."""
+    folder = _clip_folder(tiny_clip_dir, tmp_path, "{}")
+    (folder / clip.CONFIG_FILE).unlink()
+    make(folder / clip.CONFIG_FILE)
+    with pytest.raises(ValueError, match=re.escape(f"{clip.CONFIG_FILE} is not a regular file")):
+        parse_clip_spec_check(f"domain:{folder}")
+
+
 def parse_clip_spec_check(spec: str) -> None:
     clip.parse_clip_spec(spec).check()
 

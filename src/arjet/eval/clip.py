@@ -78,6 +78,9 @@ class ClipSource:
             _load_weights(_build(self.model_name, "meta"), self)  # names and shapes, strictly; no copy
 
     def _check_folder(self) -> None:
+        checks.check_checkpoint_files(
+            "the CLIP folder", self.path
+        )  # first: a FIFO or device is not "missing"
         missing = [f for f in (CONFIG_FILE, WEIGHTS_FILE) if not (self.path / f).is_file()]
         if missing:
             raise FileNotFoundError(
@@ -86,7 +89,6 @@ class ClipSource:
                 f"arjet.eval.clip.save_open_clip_folder); the built-in domain CLIP is made by `arjet train clip`, "
                 f"or point {DOMAIN_CLIP_VARIABLE} / domain:<folder> at one"
             )
-        checks.check_checkpoint_files("the CLIP folder", self.path)  # its tokenizer files too: read whole
         config = _folder_config(self.path)
         _refuse_hub_parts(config, f"the CLIP folder {self.path}")
         text = config.get("text_cfg")
