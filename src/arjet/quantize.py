@@ -183,15 +183,16 @@ def weight_bytes(module: nn.Module) -> int:
     (its integer data, scales and zero points), each shared tensor once."""
     seen: dict[int, int] = {}
     for tensor in (*module.parameters(), *module.buffers()):
-        seen.setdefault(id(tensor), _tensor_bytes(tensor))
+        seen.setdefault(id(tensor), tensor_bytes(tensor))
     return sum(seen.values())
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> int:
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes `tensor` takes; a quantized one's are the tensors it holds (integer data, scales, zero points)."""
     import torch
 
     if not is_quantized(tensor):
         return tensor.numel() * tensor.element_size()
     names, _ = tensor.__tensor_flatten__()
     inner = (getattr(tensor, name) for name in names)
-    return sum(_tensor_bytes(t) for t in inner if isinstance(t, torch.Tensor))
+    return sum(tensor_bytes(t) for t in inner if isinstance(t, torch.Tensor))

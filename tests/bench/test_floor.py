@@ -44,6 +44,16 @@ def test_a_forward_reads_the_decoder_the_final_norm_and_the_code_head(name):
     assert kv_bytes_per_token(pipe) == d.layers * 2 * d.kv_heads * head_dim * element
 
 
+def test_a_forward_over_int8_weights_reads_their_bytes_not_the_float_ones():
+    """The floor of an int8 bench counted the float weights (5.1 GB for Janus-Pro-1B, not about 1.4)."""
+    pytest.importorskip("torchao", reason="quantization needs torchao (pip install 'arjet[quant]')")
+    pipe = random_pipeline(small_preset("janus-pro-1b"), device="cpu")
+    float_bytes = forward_weight_bytes(pipe)
+    pipe.quantize("int8")
+    # a byte per weight of the quantized linears plus a float32 scale per output row; the norms stay float
+    assert 0.25 * float_bytes < forward_weight_bytes(pipe) < 0.3 * float_bytes
+
+
 def test_the_kv_cache_is_counted_at_its_average_length_for_both_cfg_rows():
     pipe = random_pipeline(small_preset("janus-pro-1b"), device="cpu")  # 2x2 codes, no row-end tokens
     guided = average_kv_tokens(pipe, "a red circle", {})

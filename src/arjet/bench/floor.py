@@ -22,6 +22,7 @@ from transformers import LlamaConfig, LlamaModel
 
 from .. import checks, machine
 from ..presets.meta import materialize_random_, parameters_on_meta
+from ..quantize import tensor_bytes
 from ..session.capture import capture_graph, warm_on_a_side_stream
 from ..session.decoder import LlamaStackDecoder
 
@@ -58,7 +59,7 @@ def forward_weight_bytes(pipe) -> int | None:
     weights = pipe.session_adapter().forward_weights()
     if weights is None:
         return None
-    return sum(t.numel() * t.element_size() for t in weights)
+    return sum(map(tensor_bytes, weights))  # a quantized weight: its integer data and scales
 
 
 def kv_bytes_per_token(pipe) -> int | None:
