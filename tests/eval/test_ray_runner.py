@@ -97,6 +97,24 @@ def test_two_workers_with_one_killed_equal_a_one_process_run(setup, local_ray):
     assert len(images(on_ray)) == 32
 
 
+def test_workers_the_cluster_cannot_hold_are_refused_in_one_line_before_any_starts(
+    setup, local_ray, tmp_path, capsys
+):
+    """Ray would wait for them without end (or kill the run after minutes): one line naming both sides."""
+    have = ray.cluster_resources()
+    cpus, gpus = int(have["CPU"]), int(have.get("GPU", 0))
+    for extra, need in [
+        (
+            ("--workers", str(cpus + 1)),
+            f"{cpus + 1} Ray workers of 1 CPU and 0 GPUs each need {cpus + 1} CPUs",
+        ),
+        (("--workers", "1", "--worker-gpus", str(gpus + 1)), f"1 Ray worker needs 1 CPU and {gpus + 1} GPU"),
+    ]:
+        assert main(eval_args(setup, tmp_path / "out", "--ray", *extra)) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and need in error and "`ray start --address HEAD`" in error, error
+
+
 @pytest.mark.parametrize("command", ["eval", "serve"])
 def test_without_ray_the_option_says_what_to_install(setup, tmp_path, monkeypatch, capsys, command):
     import builtins

@@ -81,6 +81,16 @@ def server(local_ray, model, glm):
     return f"http://127.0.0.1:{port}"
 
 
+def test_room_the_running_cluster_lacks_is_refused_before_serve_starts(local_ray):
+    """Serve would wait without end for replicas no node can hold; the cluster's own figures refuse them."""
+    from arjet.eval.ray_cluster import ClusterTooSmall, Room
+
+    cpus = ray.cluster_resources()["CPU"]
+    room = Room(int(cpus) + 1, 1.0, 0.0, "replica", "--replicas")
+    with pytest.raises(ClusterTooSmall, match=f"{int(cpus) + 1} replicas of 1 CPU and 0 GPUs each need"):
+        ray_app.run(None, "127.0.0.1", free_port(), room=room, blocking=False)
+
+
 def _solo(pipe, prompt, seed) -> np.ndarray:
     """The image `pipe(...)` makes alone, on one thread as every replica runs."""
     return np.asarray(pipe(prompt, seed=seed, threads=1).images[0].convert("RGB"))

@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user error (a bad value, a missing or unwritable file; `ValueError` / `OSError`)
-    ends as one line `arjet CMD: error: ...` with exit status 2, never a traceback; warnings print as one
-    line `arjet CMD: warning: ...`; Ctrl-C exits 130."""
+    or a failure the user can act on (a Ray cluster out of reach, a Ray worker lost: `ConnectionError`, an
+    `OSError`) ends as one line `arjet CMD: error: ...` with exit status 2, never a traceback; warnings
+    print as one line `arjet CMD: warning: ...`; Ctrl-C exits 130."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse: --help / --version (0) or a bad command line (2), already printed

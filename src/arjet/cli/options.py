@@ -405,8 +405,9 @@ def add_ray_group(parser: argparse.ArgumentParser, ray_help: str) -> argparse._A
         "--ray-address",
         default=None,
         metavar="ADDR",
-        help="a running Ray cluster (`ray start --head` prints it); default: Ray's own choice, a local "
-        "cluster when one runs, else a new one",
+        help="a running Ray cluster: host:port (`ray start --head` prints it), ray://host:port (Ray Client), "
+        "auto (a running one) or local (a new one); checked before Ray is asked (something must answer "
+        "there within seconds); default: Ray's own choice, a local cluster when one runs, else a new one",
     )
     return group
 

@@ -99,7 +99,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--replicas",
         type=types.int_type(1),
-        default=1,
+        default=None,
         metavar="N",
         help="engine replicas per model (default 1)",
     )
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     api_key = read_api_key(args, os.environ)
     if args.ray:
         return run_on_ray(args, choices, config, api_key)
-    if args.min_replicas is not None or args.max_replicas is not None or args.replicas != 1:
+    if args.min_replicas is not None or args.max_replicas is not None or args.replicas is not None:
         raise ValueError("--replicas, --min-replicas and --max-replicas need --ray")
 
     import uvicorn
@@ -167,14 +167,20 @@ def run(args: argparse.Namespace) -> int:
 
 def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_key: str | None) -> int:
     """`arjet serve --ray`: the app on Ray Serve until interrupted (its replicas load the models)."""
+    from ..eval.ray_cluster import Room, check_address
     from ..serve import ray_app
 
     ray_app.import_serve()  # a clear error without Ray, before anything starts
     quantization = Quantization.parse(args.quantize)
     if quantization is not None:  # where the replicas run: a GPU each with --replica-gpus, else a CPU
         quantization.check(args.device or ("cuda" if args.replica_gpus else "cpu"))
+    if args.replicas is not None and (args.min_replicas is not None or args.max_replicas is not None):
+        raise ValueError(
+            "give --replicas N (a fixed count) or --min-replicas A --max-replicas B (autoscaled), not both"
+        )
+    check_address(args.ray_address)  # before the models are looked at; checked again when Ray is joined
     replicas = ray_app.Replicas(
-        args.replicas, args.min_replicas, args.max_replicas, args.replica_cpus, args.replica_gpus
+        args.replicas or 1, args.min_replicas, args.max_replicas, args.replica_cpus, args.replica_gpus
     )
     threads = args.threads or max(1, int(args.replica_cpus))
     models = {
@@ -182,8 +188,17 @@ def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_ke
         for name, source in choices.items()
     }
     app = ray_app.build_app(models, config, replicas, device=args.device, threads=threads, api_key=api_key)
-    print(f"serving {', '.join(models)} on Ray at http://{args.host}:{args.port}/v1", flush=True)
-    ray_app.run(app, args.host, args.port, address=args.ray_address)
+    deployments = sum(1 + model.later_stage for model in models.values())  # an engine, and a painter
+    room = Room(
+        replicas.target * deployments, args.replica_cpus, args.replica_gpus, "replica",
+        "--replicas or --min-replicas, --replica-cpus, --replica-gpus",
+    )  # fmt: skip
+    where = f"http://{args.host}:{args.port}/v1"
+    print(f"starting {', '.join(models)} on Ray (the replicas load and warm up) ...", flush=True)
+    ray_app.run(
+        app, args.host, args.port, address=args.ray_address, room=room,
+        ready=lambda: print(f"serving {', '.join(models)} on Ray at {where}", flush=True),
+    )  # fmt: skip
     return 0
 
 

@@ -9,9 +9,9 @@ torch's CPU threads to the driver's count, so the images equal a one-process run
 
 An actor that dies (its process killed, its machine gone) is restarted once by Ray, which calls its share
 again; the new actor skips the images recorded meanwhile, so each image is still made and recorded once. A
-run that fails anyway (a second death) leaves a run folder that the same command resumes.
+run that fails anyway (a second death: `WorkerLost`) leaves a run folder that the same command resumes.
 
-Ray is an optional extra: this module imports it only when a pool starts (`import_ray`).
+Ray is an optional extra: this module imports it only when a pool is made (`ray_cluster.import_ray`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import samplers as sampler_registry
+from .ray_cluster import Room, check_address, connect, import_ray
 from .records import RecordLog, read_records, record_key
 from .runner import Job, _load_pipeline, _Worker, sampler_dirs
 from .settings import EvalSettings
@@ -29,17 +30,9 @@ from .settings import EvalSettings
 WORKER_NAME = "arjet-eval-worker-{rank}"  # each actor's name in its job's namespace (to find it, kill it)
 
 
-class RayMissing(ImportError, ValueError):
-    """Ray is not installed (a ValueError too: the command line tells it in one line)."""
-
-
-def import_ray(option: str = "--ray"):
-    """The `ray` module, or `RayMissing` naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError:
-        raise RayMissing(f"Ray is not installed; {option} needs it: pip install 'arjet[ray]'") from None
-    return ray
+class WorkerLost(RuntimeError, ConnectionError):
+    """A Ray worker died again after its one restart (an OSError too: the command line tells it in one line;
+    the run folder keeps what was recorded, and the same command resumes it)."""
 
 
 class EvalWorker:
@@ -76,7 +69,9 @@ class EvalWorker:
 
 class RayPool:
     """`workers` Ray actors that generate a run's images (`run`; `run_eval(..., pool=)`), started in `__enter__` on the running Ray,
-    the cluster at `address`, or Ray's default (a running local cluster, else a new one) and killed in `__exit__`."""
+    the cluster at `address`, or Ray's default (a running local cluster, else a new one) and killed in `__exit__`.
+    `address` is checked when the pool is made (`check_address`), the cluster's room for the workers once it
+    is joined, before any actor starts (`Room.check`)."""
 
     def __init__(
         self,
@@ -92,16 +87,17 @@ class RayPool:
         address: str | None = None,
     ):
         self.ray = import_ray()
+        check_address(address)  # before the run's work; checked again when the pool connects
         self.workers, self.actors = workers, []
         self._arguments = (settings, list(prompts), str(out), sampler_dirs(settings.samplers))
         self._threads, self._device = threads, device
         self._resources = {"num_cpus": worker_cpus, "num_gpus": worker_gpus}
+        self._room = Room(workers, worker_cpus, worker_gpus, "Ray worker", "--workers, --worker-gpus")
         self._address = address
 
     def __enter__(self) -> RayPool:
-        ray = self.ray
-        if not ray.is_initialized():
-            ray.init(address=self._address)
+        ray = connect(self._address)
+        self._room.check(ray)
         # a threaded actor (two calls at once) answers `pid` while it runs its share
         actor = ray.remote(max_restarts=1, max_task_retries=1, max_concurrency=2, **self._resources)(
             EvalWorker
@@ -126,7 +122,7 @@ class RayPool:
         try:
             self.ray.get(calls)
         except self.ray.exceptions.RayActorError as error:
-            raise RuntimeError(
+            raise WorkerLost(
                 f"a Ray worker died twice while generating {spec!r} ({type(error).__name__}); the images it "
                 "recorded are kept: the same command resumes the run"
             ) from error

@@ -34,7 +34,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from ..engine import Engine
-from ..eval.ray_runner import RayMissing, import_ray
+from ..eval.ray_cluster import RayMissing, Room, connect, import_ray
 from ..limits import EngineConfig
 from .openai_api import (
     ApiError,
@@ -429,13 +429,28 @@ def build_app(
     return ingress.bind(engines, painted, targets, api_key)
 
 
-def run(app, host: str, port: int, *, address: str | None = None, blocking: bool = True):
-    """Start `app` on Ray (the cluster at `address`, or Ray's default: a running local one, else a new
-    one) with Serve's HTTP proxy on `host:port`; with `blocking`, until interrupted."""
-    import ray
-
+def run(
+    app,
+    host: str,
+    port: int,
+    *,
+    address: str | None = None,
+    room: Room | None = None,
+    ready: Callable[[], None] | None = None,
+    blocking: bool = True,
+):
+    """Start `app` on Ray (the cluster at `address`, checked first, or Ray's default: a running local one,
+    else a new one) with Serve's HTTP proxy on `host:port`, once the cluster is found to hold `room` (what
+    the app's replicas ask for); `ready` is called once Serve runs the app (its replicas loaded and
+    healthy); with `blocking`, until interrupted."""
     serve = import_serve()
-    if not ray.is_initialized():
-        ray.init(address=address)
+    ray = connect(address)
+    if room is not None:
+        room.check(ray)
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(app, name=APP_NAME, route_prefix="/", blocking=blocking)
+    handle = serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    if ready is not None:
+        ready()
+    while blocking:  # until Ctrl-C, as Serve's own blocking run
+        time.sleep(60)
+    return handle
