@@ -85,8 +85,7 @@ class Quantization:
         or torchao missing."""
         import torch
 
-        if not torchao_installed():
-            raise TorchaoMissing(f"quantization={self.scheme!r} needs torchao: {INSTALL}")
+        self.check_installed()
         device = torch.device(device)
         if device.type == "cuda" and not torch.cuda.is_available():
             device = torch.device("cpu")  # what the weights would be quantized on here
@@ -109,6 +108,11 @@ class Quantization:
                     f"fp8 quantization needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper), not "
                     f"{found}; use quantization='int8' here"
                 )
+
+    def check_installed(self) -> None:
+        """Refuse, in one line, a scheme this process cannot apply: torchao missing."""
+        if not torchao_installed():
+            raise TorchaoMissing(f"quantization={self.scheme!r} needs torchao: {INSTALL}")
 
     def config(self) -> Any:
         """torchao's config for this scheme (`quantize_(module, config)`)."""

@@ -2,7 +2,9 @@
 any actor starts (resources the cluster lacks), and its one-line errors; no Ray is started here (a fake
 `ray` stands in where one is joined)."""
 
+import contextlib
 import socket
+import threading
 import time
 from types import SimpleNamespace
 
@@ -86,11 +88,45 @@ def test_an_address_where_nothing_listens_is_refused_at_once():
     assert time.monotonic() - start < 2
 
 
-def test_an_address_that_answers_is_taken(monkeypatch):
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        check_address(f"127.0.0.1:{server.getsockname()[1]}")
+@contextlib.contextmanager
+def listening(reply: bytes | None):
+    """A local server that sends `reply` (None: nothing) to its first connection; its address."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        connection, _ = server.accept()
+        with connection:
+            if reply is not None:
+                connection.sendall(reply)
+            connection.recv(1024)  # hold it open until the client has read
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    with server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    thread.join(timeout=5)
+
+
+def test_an_address_that_answers_as_grpc_is_taken():
+    with listening(ray_cluster.EMPTY_SETTINGS) as address:  # a gRPC server's preface: a SETTINGS frame
+        check_address(address)
     check_address(None)  # Ray's own choice
     check_address("auto")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"HTTP/1.0 400 Bad Request\r\n\r\n", b"-ERR unknown command 'PRI'\r\n", None],
+    ids=["web-server", "redis", "silent"],
+)
+def test_an_address_another_service_holds_is_refused(reply):
+    """The eighth re-probe's K1: a web server's port passed the TCP check, then Ray retried it without end."""
+    with listening(reply) as address, pytest.raises(ConnectionError) as refused:
+        check_address(address, seconds=0.5)
+    assert str(refused.value).startswith(
+        f"cannot reach the Ray cluster at --ray-address {address} (something"
+    )
+    assert "does not answer as Ray's gRPC server does" in str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@
 from dataclasses import replace
 
 import pytest
+import torch
 import uvicorn
 from fastapi.testclient import TestClient
 
@@ -209,3 +210,6 @@ def test_serve_on_ray_hands_quantize_to_every_replica_and_refuses_a_scheme_it_ca
     built.clear()
     assert _serve("--ray", "--quantize", "int4") == 2
     assert "int4 quantization has no kernel on cpu" in capsys.readouterr().err and not built
+    if not torch.cuda.is_available():  # GPU replicas may be on other machines: each checks its own device
+        assert _serve("--ray", "--quantize", "int4", "--replica-gpus", "1") == 0
+        assert built["shapes"].quantization == "int4"

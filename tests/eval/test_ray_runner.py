@@ -97,6 +97,13 @@ def test_two_workers_with_one_killed_equal_a_one_process_run(setup, local_ray):
     assert len(images(on_ray)) == 32
 
 
+def test_a_real_clusters_address_passes_the_address_check(local_ray):
+    """The check that refuses another service's port (it must answer as a gRPC server) takes Ray's GCS."""
+    from arjet.eval.ray_cluster import check_address
+
+    check_address(ray.get_runtime_context().gcs_address)
+
+
 def test_workers_the_cluster_cannot_hold_are_refused_in_one_line_before_any_starts(
     setup, local_ray, tmp_path, capsys
 ):

@@ -167,12 +167,16 @@ def run(args: argparse.Namespace) -> int:
 
 def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_key: str | None) -> int:
     """`arjet serve --ray`: the app on Ray Serve until interrupted (its replicas load the models)."""
+    import torch
+
     from ..eval.ray_cluster import Room, check_address
     from ..serve import ray_app
 
     ray_app.import_serve()  # a clear error without Ray, before anything starts
     quantization = Quantization.parse(args.quantize)
-    if quantization is not None:  # where the replicas run: a GPU each with --replica-gpus, else a CPU
+    if quantization is not None and args.replica_gpus and not torch.cuda.is_available():
+        quantization.check_installed()  # the replicas' GPUs are on other machines: each checks its own
+    elif quantization is not None:  # where the replicas run: a GPU each with --replica-gpus, else a CPU
         quantization.check(args.device or ("cuda" if args.replica_gpus else "cpu"))
     if args.replicas is not None and (args.min_replicas is not None or args.max_replicas is not None):
         raise ValueError(

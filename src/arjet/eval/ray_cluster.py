@@ -1,6 +1,6 @@
 """Reaching Ray for `arjet serve --ray` and `arjet eval --ray`: the module itself (`import_ray`), the cluster
-(`connect`: `--ray-address` checked before Ray is asked, since Ray retries an address where nothing listens
-without end), and the room a run asks of it (`Room.check`: Ray waits without end for resources no node has).
+(`connect`: `--ray-address` checked before Ray is asked, since Ray retries without end an address where
+nothing listens or another service does), and the room a run asks of it (`Room.check`: Ray waits without end for resources no node has).
 
 Ray is an optional extra: this module imports it only when asked for it.
 """
@@ -17,6 +17,9 @@ ADDRESS_FORMS = (
     "or local (a new one on this machine)"
 )
 OWN_SEARCH = {"auto", "local"}  # Ray finds (or starts) these itself, and fails at once when it cannot
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+EMPTY_SETTINGS = bytes(9)[:3] + b"\x04" + bytes(5)  # length 0, type SETTINGS, no flags, stream 0
+FRAME_HEADER_BYTES, SETTINGS_FRAME = 9, 0x04
 START_HEAD = "start a head with `ray start --head` (it prints the address to give)"
 ADD_NODES = "add nodes with `ray start --address HEAD` on more machines"
 
@@ -54,13 +57,14 @@ def split_address(address: str) -> tuple[str, int] | None:
 
 def check_address(address: str | None, seconds: float = CONNECT_SECONDS) -> None:
     """Refuse `--ray-address` in one line unless it has a form Ray takes and, for host:port and
-    ray://host:port, something there accepts a TCP connection within `seconds` (None, auto and local: Ray's
-    own search)."""
+    ray://host:port, something there accepts a TCP connection within `seconds` and answers as a gRPC server
+    does, as Ray's GCS and its client server are (None, auto and local: Ray's own search). Ray retries an
+    address held by another service (a web server, redis) without end."""
     where = None if address is None else split_address(address)
     if where is None:
         return
     try:
-        socket.create_connection(where, timeout=seconds).close()
+        connection = socket.create_connection(where, timeout=seconds)
     except socket.gaierror as error:
         reason = f"no such host: {error.strerror or error}"
     except TimeoutError:
@@ -70,8 +74,29 @@ def check_address(address: str | None, seconds: float = CONNECT_SECONDS) -> None
     except OSError as error:
         reason = error.strerror or str(error)
     else:
-        return
+        with connection:
+            if speaks_grpc(connection):
+                return
+        reason = (
+            "something listens there but does not answer as Ray's gRPC server does: another service's port?"
+        )
     raise ConnectionError(f"cannot reach the Ray cluster at --ray-address {address} ({reason}); {START_HEAD}")
+
+
+def speaks_grpc(connection: socket.socket) -> bool:
+    """Whether the peer of `connection` answers HTTP/2's client preface and an empty SETTINGS frame with a
+    SETTINGS frame (RFC 9113, 3.4: a server's preface), as gRPC servers do; within the socket's timeout."""
+    header = b""
+    try:
+        connection.sendall(HTTP2_PREFACE + EMPTY_SETTINGS)
+        while len(header) < FRAME_HEADER_BYTES:
+            chunk = connection.recv(FRAME_HEADER_BYTES - len(header))
+            if not chunk:
+                return False  # it closed the connection: not HTTP/2
+            header += chunk
+    except OSError:  # a timeout, or a reset: no HTTP/2 server
+        return False
+    return header[3] == SETTINGS_FRAME
 
 
 def connect(address: str | None):
