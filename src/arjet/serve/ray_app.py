@@ -52,6 +52,7 @@ from .openai_api import (
 
 logger = logging.getLogger(__name__)
 APP_NAME = "arjet"
+PROXY_SECONDS = 30.0  # how long Serve's HTTP proxy may take to listen after `serve.start`
 LATER_STAGE_CLASSES = {"GlmImagePipeline", "glm_image"}  # checkpoints whose images come from a DiT
 
 
@@ -448,9 +449,38 @@ def run(
     if room is not None:
         room.check(ray)
     serve.start(http_options={"host": host, "port": port})
+    check_proxy(host, port)  # before the app replaces anything
     handle = serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     if ready is not None:
         ready()
-    while blocking:  # until Ctrl-C, as Serve's own blocking run
-        time.sleep(60)
-    return handle
+    if not blocking:
+        return handle
+    try:
+        while True:  # until Ctrl-C, as Serve's own blocking run
+            time.sleep(60)
+    finally:  # a cluster outlives the command: its app must not, or the next one is answered by this one
+        serve.delete(APP_NAME)
+
+
+def check_proxy(host: str, port: int, seconds: float | None = None) -> None:
+    """Refuse (one line) when nothing listens at `host:port` within `seconds` (default `PROXY_SECONDS`)
+    after `serve.start`: Serve,
+    once running on a cluster (an earlier `arjet serve --ray` left it), keeps its proxy's port and ignores
+    the one asked for, so the command would print an address nothing answers at."""
+    import socket
+
+    where = ("127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host, port)
+    deadline = time.monotonic() + (PROXY_SECONDS if seconds is None else seconds)
+    while True:
+        try:
+            socket.create_connection(where, timeout=1.0).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    raise ValueError(
+        f"Ray Serve does not listen on {host}:{port}: it already runs on this Ray cluster with its HTTP proxy "
+        "on another port (Serve keeps the first port it was given); pass that port, or stop Serve there "
+        "with `serve shutdown` and start again"
+    )
