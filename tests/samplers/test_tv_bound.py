@@ -114,6 +114,23 @@ def test_the_exact_rule_reports_zero():
     assert GSD(group=1).tv_bound(p, q, context) == pytest.approx(0, abs=1e-7)  # a group of one is SJD
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 12, 64])
+def test_gsds_bound_summed_in_chunks_of_codes_is_the_formula(chunk, monkeypatch):
+    """GSD sums its bound over the codes a chunk at a time (every code's group at once is [..., V, group]):
+    the same sum as the base formula over every code's acceptance, whatever the chunk."""
+    from arjet.samplers import gsd
+    from arjet.samplers.jacobi import AcceptanceRule
+
+    monkeypatch.setattr(gsd, "BOUND_CHUNK", chunk)
+    for seed in range(5):
+        p, q, context = _slot(seed)
+        p, q = torch.stack([p, p.roll(1)]), torch.stack([q, q.roll(2)])  # [2, V]: a batch of slots
+        for rule in (GSD(group=5, prob_gap=0.3, distance=None), GSD(group=25, distance=2.0)):
+            torch.testing.assert_close(
+                rule.tv_bound(p, q, context), AcceptanceRule.tv_bound(rule, p, q, context)
+            )
+
+
 # -- the decode's stats ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ["janus", "glm_image"])
 def test_the_stats_report_the_bound_per_image(family):
