@@ -147,3 +147,41 @@ def test_estimates_are_reported(pipe):
         estimate = engine.estimate()
     assert estimate.throughput == pytest.approx(2 / 14) and estimate.latency == 14.0
     assert estimate.expected_wait == 14.0  # two free lanes: its own decode
+
+
+def test_a_sampler_slower_than_the_limit_is_refused_after_it_times_out_and_others_still_run(pipe):
+    """The warm-up measures `mc-sjd` (a few steps an image); `ar` takes 14 steps, past a limit of 10. The
+    first `ar` request runs and times out; its seconds count as a lower bound of `ar`'s latency, so the
+    next `ar` requests are refused at once (`Overloaded`, with Retry-After) instead of each timing out in
+    turn, while `mc-sjd` requests, judged by their own group's latency, are still admitted and answered."""
+    with stepped_engine(pipe, lanes=1, max_queue=4, time_limit=10) as engine:
+        engine.warm_up("mc-sjd:window=8", images=2)
+        fast = engine.stats.steps / 2
+        assert fast < 10
+        answers = []
+        for seed in range(6):
+            try:
+                engine.submit("a red circle", sampler="ar", seed=seed, output_type="latent").result(
+                    timeout=120
+                )
+                answers.append("image")
+            except Overloaded as refused:
+                assert refused.retry_after >= 1 and refused.expected_wait > 10
+                answers.append("overloaded")
+            except Cancelled:
+                answers.append("late")
+        assert answers == ["late"] + ["overloaded"] * 5
+        for seed in range(3):  # another sampler is judged by its own latency: still admitted
+            engine.submit("a red circle", sampler="mc-sjd:window=8", seed=seed, output_type="latent").result(
+                timeout=120
+            )
+        assert engine.stats.expired == 1
+
+
+def test_a_groups_latency_is_forgotten_after_the_horizon():
+    throughput = Throughput(history=4, horizon=100.0)
+    throughput.record_image(2.0)  # the engine's, no group
+    throughput.record_image(30.0, "ar", now=10.0)
+    assert throughput.group_latency("ar", now=50.0) == 30.0
+    assert throughput.group_latency("mc-sjd", now=50.0) == pytest.approx(16.0)  # no samples: the engine's
+    assert throughput.group_latency("ar", now=111.0) == pytest.approx(16.0)  # forgotten: tried again

@@ -11,7 +11,13 @@ what it cannot finish within a request's time limit (instead of queueing it to t
   follows a change of load within about `history` images. Time the engine spends measuring the adaptive
   mode's costs is not a decode's.
 - `latency`, the seconds one image takes to decode (from its lane's start to its end): the mean of the
-  last `history` images.
+  last `history` images; and the same per group of requests that decode together (`GroupKey`: the sampler,
+  the size, the sampling options), since `ar` can take ten times `mc-sjd`'s time. A request is judged by its
+  group's latency once its group has one, else by the engine's. An image stopped at its time limit is
+  counted at the seconds it had decoded: it would have taken at least that, and without it a group slower
+  than the limit would be admitted, time out and be admitted again without end (its latency never
+  measured). A group's latencies older than `horizon` seconds are forgotten, so that a group refused
+  because it was slow under a load that has passed is tried again.
 
 The expected wait (`Load.expected_wait`): each of the `lanes` lanes makes one image every `period =
 max(lanes / rate, latency)` seconds (the longer of the two, so that lanes shared with another group's steps
@@ -26,7 +32,11 @@ from __future__ import annotations
 import collections
 import math
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
+
+HORIZON = 300.0  # seconds a group's latencies count for
+MAX_GROUPS = 256  # groups whose latencies are kept (the latest)
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,17 @@ class Load:
 class Throughput:
     """Images per second and seconds per image, as measured (see the module docstring)."""
 
-    def __init__(self, history: int):
+    def __init__(self, history: int, horizon: float = HORIZON):
         if history < 1:
             raise ValueError(f"history must be an integer >= 1, got {history!r}")
         self.history = history
         self._rounds: collections.deque[tuple[float, int]] = collections.deque()  # (seconds, images)
         self._seconds, self._images = 0.0, 0
         self._latencies: collections.deque[float] = collections.deque(maxlen=history)
+        self._groups: collections.OrderedDict[Hashable, collections.deque[tuple[float, float]]] = (
+            collections.OrderedDict()
+        )  # a group's (when, seconds), the latest MAX_GROUPS groups
+        self.horizon = horizon
         self._lock = threading.Lock()  # written by the decode thread, read by submitting threads
 
     def record_round(self, seconds: float, images: int) -> None:
@@ -80,10 +94,26 @@ class Throughput:
                 self._seconds -= seconds_out
                 self._images -= images_out
 
-    def record_image(self, seconds: float) -> None:
-        """An image finished after decoding `seconds`."""
+    def record_image(self, seconds: float, group: Hashable = None, now: float = 0.0) -> None:
+        """An image of `group` finished (or was stopped at its time limit) after decoding `seconds`, at `now`
+        on the engine's clock."""
+        seconds = max(seconds, 0.0)
         with self._lock:
-            self._latencies.append(max(seconds, 0.0))
+            self._latencies.append(seconds)
+            if group is None:
+                return
+            latest = self._groups.pop(group, None) or collections.deque(maxlen=self.history)
+            latest.append((now, seconds))
+            self._groups[group] = latest
+            while len(self._groups) > MAX_GROUPS:
+                self._groups.popitem(last=False)
+
+    def group_latency(self, group: Hashable, now: float) -> float | None:
+        """The mean seconds of `group`'s images decoded within `horizon` seconds of `now`; the engine's
+        `latency` when it has none."""
+        with self._lock:
+            recent = [seconds for when, seconds in self._groups.get(group, ()) if now - when <= self.horizon]
+        return sum(recent) / len(recent) if recent else self.latency
 
     @property
     def rate(self) -> float | None:
@@ -105,17 +135,18 @@ class Throughput:
             return None
         return max(lanes / rate, latency)
 
-    def expected_wait(self, load: Load) -> float | None:
-        """Seconds until a request arriving at `load` is done (None: unknown)."""
+    def expected_wait(self, load: Load, latency: float | None = None) -> float | None:
+        """Seconds until a request arriving at `load` is done, its own decode taking `latency` seconds
+        (default: the engine's; None: unknown)."""
         period = self.period(load.lanes)
         if period is None:
             return None
-        return load.start(load.waiting, period) + (self.latency or 0.0)
+        return load.start(load.waiting, period) + (self.latency if latency is None else latency)
 
-    def retry_after(self, load: Load, limit: float) -> float:
+    def retry_after(self, load: Load, limit: float, latency: float | None = None) -> float:
         """Whole seconds (at least one) until a request refused at `load` would fit in `limit` seconds: its
         wait shrinks second for second as the queue ahead of it drains."""
-        wait = self.expected_wait(load)
+        wait = self.expected_wait(load, latency)
         return float(max(1, math.ceil((wait or 0.0) - limit)))
 
     def drain_seconds(self, load: Load, images: int) -> float | None:

@@ -436,7 +436,7 @@ class Engine:
             if bounded:
                 self._check_room(1)
             if limit is not None:
-                self._refuse_if_late(limit)
+                self._refuse_if_late(limit, request.group)
             self._queue.append(request)
             self._lock.notify_all()
 
@@ -464,18 +464,19 @@ class Engine:
         elapsed = [0.0 if start is None else now - start for start in started]
         return Load(self.lanes, elapsed, len(self._queue))
 
-    def _refuse_if_late(self, limit: float) -> None:
-        """Under the lock: `Overloaded` when a request queued now is expected to take longer than `limit`."""
-        load = self._load()
-        wait = self._throughput.expected_wait(load)
+    def _refuse_if_late(self, limit: float, group: GroupKey) -> None:
+        """Under the lock: `Overloaded` when a request of `group` queued now is expected to take longer than
+        `limit` (its own decode: its group's latency)."""
+        load, latency = self._load(), self._throughput.group_latency(group, self.clock())
+        wait = self._throughput.expected_wait(load, latency)
         if wait is None or wait <= limit:
             return
         self.stats.overloaded += 1
         raise Overloaded(
             f"the engine expects this request to take {wait:.3g} s ({load.waiting} waiting before it, "
-            f"{len(load.elapsed)} decoding, {self._throughput.rate:.3g} images/s), longer than its time "
-            f"limit of {limit:g} s",
-            self._throughput.retry_after(load, limit),
+            f"{len(load.elapsed)} decoding, {self._throughput.rate:.3g} images/s, {latency:.3g} s an image "
+            f"of its sampler and size), longer than its time limit of {limit:g} s",
+            self._throughput.retry_after(load, limit, latency),
             wait,
         )
 
@@ -729,12 +730,16 @@ class Engine:
         )
         self.stats.images += 1
         if request.started is not None:
-            self._throughput.record_image(self.clock() - request.started)
+            now = self.clock()
+            self._throughput.record_image(now - request.started, request.group, now)
         request.finish(EngineResult(codes, stats, queued, render))
 
     def _stop(self, request: Request, why: str, started: bool = True) -> None:
         if why != "cancelled":
             self.stats.expired += 1
+            if started and request.started is not None:  # it would have taken at least this long
+                now = self.clock()
+                self._throughput.record_image(now - request.started, request.group, now)
         before = "" if started else " before it started"
         request.fail(Cancelled(f"request {request.id} was {why}{before}"))
 
@@ -776,11 +781,11 @@ class Engine:
         for request, codes, stats in zip(requests, out.codes, out.stats, strict=True):
             if request.future.done():
                 continue
+            request.started = clock_started
             if request.cancelled or request.expired(now):
                 self._stop(request, "cancelled" if request.cancelled else "past its time limit")
                 continue
             stats.sampler = key.sampler
-            request.started = clock_started
             self._deliver(request, codes.cpu(), stats, started - request.submitted)
             finished += 1
         return finished
