@@ -284,3 +284,25 @@ def test_serve_joins_the_cluster_and_checks_its_room_before_serve_starts(monkeyp
             None, "127.0.0.1", 1, address="head:6379", room=Room(2, 1.0, 1.0, "replica", "--replicas")
         )
     assert joined == ["head:6379"]
+
+
+@pytest.mark.parametrize(
+    "command, knobs",
+    [
+        (["serve", "--port", "PORT"], ["--ray-address", "127.0.0.1:1"]),
+        (["serve", "--port", "PORT"], ["--replica-cpus", "2"]),
+        (["serve", "--port", "PORT"], ["--replica-gpus", "1", "--replicas", "2"]),
+        ([*EVAL, "--out", "OUT"], ["--ray-address", "auto"]),
+        ([*EVAL, "--out", "OUT"], ["--workers", "4"]),
+        ([*EVAL, "--out", "OUT"], ["--worker-gpus", "1"]),
+    ],
+)
+def test_ray_knobs_without_ray_are_refused_not_ignored(command, knobs, tmp_path, capsys):
+    """Without --ray the command would run here and drop them (the probe's B7: `serve --ray-address ADDR`
+    served locally although nothing listened at ADDR): refused in one line, before any model loads."""
+    fill = {"OUT": str(tmp_path / "run"), "PORT": str(free_port())}
+    command = [fill.get(part, part) for part in command]
+    assert main([*command, *knobs]) == 2
+    error = one_line_error(capsys)
+    assert f"{knobs[0]}" in error and "need --ray" in error
+    assert not (tmp_path / "run").exists()

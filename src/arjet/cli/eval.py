@@ -35,6 +35,7 @@ from .options import (
     compile_argument,
     note,
     parse_specs,
+    refuse_ray_knobs,
     sampling_options,
 )
 from .threads import apply_threads
@@ -153,12 +154,12 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
         parser, "make the images with Ray workers (each with its own pipeline) into the same run folder"
     )
     group.add_argument(
-        "--workers", type=types.int_type(1), default=2, metavar="N", help="Ray workers (default 2)"
+        "--workers", type=types.int_type(1), default=None, metavar="N", help="Ray workers (default 2)"
     )
     group.add_argument(
         "--worker-gpus",
         type=types.float_type(0.0),
-        default=0.0,
+        default=None,
         metavar="N",
         help="GPUs per worker (default 0: on the CPU, one CPU and --threads threads each)",
     )
@@ -236,15 +237,16 @@ def _ray_pool(args: argparse.Namespace, settings, prompts: list[str], threads: i
         return None
     from ..eval.ray_runner import RayPool
 
-    device = args.device or ("cuda" if args.worker_gpus else "cpu")
+    gpus = args.worker_gpus or 0.0
+    device = args.device or ("cuda" if gpus else "cpu")
     return RayPool(
-        args.workers,
+        args.workers or 2,
         settings,
         prompts,
         args.out,
         threads=threads,
         device=device,
-        worker_gpus=args.worker_gpus,
+        worker_gpus=gpus,
         address=args.ray_address,
     )
 
@@ -259,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.settings import EvalSettings
 
     # 1. everything the user typed, checked before anything is loaded or written
+    refuse_ray_knobs(args, ("--workers", "--worker-gpus"))
     specs = parse_specs(args.samplers, args.sampler)  # checks every spec
     seed_option, seed_text = ("--seed", args.seed) if args.seeds is None else ("--seeds", args.seeds)
     seeds = parse_seeds(seed_text, option=seed_option)

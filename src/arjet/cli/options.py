@@ -412,6 +412,16 @@ def add_ray_group(parser: argparse.ArgumentParser, ray_help: str) -> argparse._A
     return group
 
 
+def refuse_ray_knobs(args: argparse.Namespace, knobs: tuple[str, ...]) -> None:
+    """Without `--ray`, refuse `--ray-address` and the command's Ray `knobs` (option names, as `--replicas`)
+    that were given: they would be ignored, and the user meant the run to go elsewhere."""
+    if args.ray:
+        return
+    given = [knob for knob in ("--ray-address", *knobs) if vars(args)[knob[2:].replace("-", "_")] is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} need --ray (without it the command runs here and ignores them)")
+
+
 def check_listen_address(host: str, port: int) -> None:
     """Refuse, before any model loads, an address a server could not listen on: a host this machine does
     not resolve, or a port it cannot bind (taken, or reserved for root). Gradio would say "Cannot find

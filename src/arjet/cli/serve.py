@@ -23,6 +23,7 @@ from .options import (
     check_listen_address,
     compile_argument,
     model_choices,
+    refuse_ray_knobs,
     server_engine,
 )
 from .threads import apply_threads
@@ -116,17 +117,20 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--replica-cpus",
         type=types.float_type(0.0),
-        default=1.0,
+        default=None,
         metavar="N",
         help="CPUs Ray reserves per replica (default 1; torch threads per replica: --threads, else this)",
     )
     group.add_argument(
         "--replica-gpus",
         type=types.float_type(0.0),
-        default=0.0,
+        default=None,
         metavar="N",
         help="GPUs per replica (default 0; 1 for one replica per GPU)",
     )
+
+
+RAY_KNOBS = ("--replicas", "--min-replicas", "--max-replicas", "--replica-cpus", "--replica-gpus")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
     api_key = read_api_key(args, os.environ)
     if args.ray:
         return run_on_ray(args, choices, config, api_key)
-    if args.min_replicas is not None or args.max_replicas is not None or args.replicas is not None:
-        raise ValueError("--replicas, --min-replicas and --max-replicas need --ray")
+    refuse_ray_knobs(args, RAY_KNOBS)
 
     import uvicorn
 
@@ -173,20 +176,20 @@ def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_ke
     from ..serve import ray_app
 
     ray_app.import_serve()  # a clear error without Ray, before anything starts
+    cpus = 1.0 if args.replica_cpus is None else args.replica_cpus
+    gpus = 0.0 if args.replica_gpus is None else args.replica_gpus
     quantization = Quantization.parse(args.quantize)
-    if quantization is not None and args.replica_gpus and not torch.cuda.is_available():
+    if quantization is not None and gpus and not torch.cuda.is_available():
         quantization.check_installed()  # the replicas' GPUs are on other machines: each checks its own
     elif quantization is not None:  # where the replicas run: a GPU each with --replica-gpus, else a CPU
-        quantization.check(args.device or ("cuda" if args.replica_gpus else "cpu"))
+        quantization.check(args.device or ("cuda" if gpus else "cpu"))
     if args.replicas is not None and (args.min_replicas is not None or args.max_replicas is not None):
         raise ValueError(
             "give --replicas N (a fixed count) or --min-replicas A --max-replicas B (autoscaled), not both"
         )
     check_address(args.ray_address)  # before the models are looked at; checked again when Ray is joined
-    replicas = ray_app.Replicas(
-        args.replicas or 1, args.min_replicas, args.max_replicas, args.replica_cpus, args.replica_gpus
-    )
-    threads = args.threads or max(1, int(args.replica_cpus))
+    replicas = ray_app.Replicas(args.replicas or 1, args.min_replicas, args.max_replicas, cpus, gpus)
+    threads = args.threads or max(1, int(cpus))
     models = {
         name: ray_app.ServedModel(source, ray_app.later_stage(source), args.quantize)
         for name, source in choices.items()
@@ -194,7 +197,7 @@ def run_on_ray(args: argparse.Namespace, choices: dict[str, str], config, api_ke
     app = ray_app.build_app(models, config, replicas, device=args.device, threads=threads, api_key=api_key)
     deployments = sum(1 + model.later_stage for model in models.values())  # an engine, and a painter
     room = Room(
-        replicas.target * deployments, args.replica_cpus, args.replica_gpus, "replica",
+        replicas.target * deployments, cpus, gpus, "replica",
         "--replicas or --min-replicas, --replica-cpus, --replica-gpus",
     )  # fmt: skip
     where = f"http://{args.host}:{args.port}/v1"
