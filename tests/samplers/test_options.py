@@ -252,13 +252,38 @@ def test_a_changed_sampler_of_ones_own_is_checked_again_before_any_work():
         acceptance: object = dataclasses.field(default_factory=Lantern)
 
     mine = Mine()
-    assert samplers.get(mine) is mine
+    assert samplers.get(mine) is mine  # not frozen: its own to change, checked at every call
     mine.window = 0
     with pytest.raises(ValueError, match="window must be an integer from 1 to 64, got 0"):
         samplers.get(mine)
     mine.window, mine.acceptance = 4, "exact"
     with pytest.raises(ValueError, match="acceptance must be an acceptance rule"):
         samplers.get(mine)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "part", "name", "value"),
+    [(SJD(window=4), None, "init", "bogus"), (SJD(window=4, acceptance=Lantern()), "acceptance", "k", 1)],
+)
+def test_a_sampler_changed_while_it_decodes_changes_nothing(sampler, part, name, value):
+    """A call decodes with a checked copy of the sampler object, taken when the call starts: options forced
+    onto the caller's object mid-decode (`object.__setattr__`, past the frozen dataclass) are neither used
+    unchecked (the probe's B1: SJD read `init="bogus"` at its next step and decoded other codes) nor seen."""
+    from arjet.testing import tiny_pipeline
+
+    pipe = tiny_pipeline("janus", grid=(8, 8), vocab_size=64, logit_scale=3.0)
+    target = sampler if part is None else getattr(sampler, part)
+
+    def change(p, step, forwards, tensors):
+        if step == 1:
+            object.__setattr__(target, name, value)
+        return tensors
+
+    before = pipe("a red circle", sampler=dataclasses.replace(sampler), seed=0, output_type="latent")
+    during = pipe("a red circle", sampler=sampler, seed=0, output_type="latent", callback_on_step_end=change)
+    assert getattr(target, name) == value  # the caller's object did change
+    assert during.stats[0].forward_passes == before.stats[0].forward_passes
+    assert during.codes.equal(before.codes)
 
 
 # -- every sampler's step is bounded before any work ---------------------------------------------------------

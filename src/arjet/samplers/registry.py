@@ -23,6 +23,7 @@ draft's position along a drafter's chain, so only `eagle` and `eagle2` take it (
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,16 +74,28 @@ def options(name: str) -> tuple[Option, ...]:
     return _entry(name).options or ()
 
 
+def fresh(part: Part) -> Part:
+    """A frozen dataclass `part` made again from its fields (and its frozen parts likewise), so that options
+    forced onto the caller's object while a call decodes with the copy (`object.__setattr__`, past the
+    frozen dataclass) are neither used unchecked nor seen: a frozen sampler's options are read at every
+    step. Its other fields are the same objects; a part that is not frozen is its caller's to change."""
+    if not dataclasses.is_dataclass(part) or not type(part).__dataclass_params__.frozen:
+        return part
+    values = {f.name: getattr(part, f.name) for f in dataclasses.fields(part) if f.init}
+    return dataclasses.replace(part, **{name: fresh(v) for name, v in values.items() if isinstance(v, Part)})
+
+
 def get(sampler: str | Sampler) -> Sampler:
-    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object itself, checked again:
-    see `Part.validate`). Unknown, repeated or badly typed options raise a ValueError naming the option and
-    what is allowed."""
+    """A sampler object from `"name"` or `"name:key=value,key=value"` (or the object, checked again: see
+    `Part.validate`; a frozen one as a `fresh` copy). Unknown, repeated or badly typed options raise a ValueError naming the option and what
+    is allowed."""
     if not isinstance(sampler, str):
         if not isinstance(sampler, Sampler):
             raise ValueError(
                 f"sampler must be a name or an arjet.samplers.Sampler object, got {checks.shown(sampler)}; "
                 f"available names: {', '.join(available())}"
             )
+        sampler = fresh(sampler)
         sampler.validate()
         return sampler
     name, colon, arguments = sampler.partition(":")
