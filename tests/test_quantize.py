@@ -46,6 +46,22 @@ def test_an_unknown_scheme_is_refused_naming_it_and_the_choices(no_loading):
         Quantization(None)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"), [("scheme", "int3", "'int3'"), ("drafter", 1, "got 1")]
+)
+def test_a_quantization_whose_fields_were_forced_is_checked_again_before_loading(
+    no_loading, field, value, message
+):
+    """A frozen `Quantization` changed past its dataclass (the probe's B2: scheme 'int3' fell through to fp8
+    weights on the CPU, which fp8 itself is refused on) is refused where it is used, before any weight."""
+    forced = Quantization("int8")
+    object.__setattr__(forced, field, value)
+    with pytest.raises(ValueError, match=message):
+        arjet.load(quantization=forced)
+    with pytest.raises(ValueError, match=message):
+        tiny_pipeline("janus", grid=GRID).quantize(forced)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals of a machine without CUDA")
 @pytest.mark.parametrize(("scheme", "reason"), [("fp8", "compute capability >= 8.9"), ("int4", "no kernel")])
 def test_schemes_without_a_cpu_kernel_are_refused_before_loading(no_loading, scheme, reason):

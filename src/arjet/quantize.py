@@ -17,6 +17,7 @@ the command line reads `SCHEMES` before torch is imported.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -71,9 +72,13 @@ class Quantization:
 
     @classmethod
     def parse(cls, value: str | Quantization | None) -> Quantization | None:
-        """`value` as a Quantization: a scheme's name, a Quantization, or None (no quantization)."""
-        if value is None or isinstance(value, Quantization):
-            return value
+        """`value` as a Quantization: a scheme's name, a Quantization (made again from its fields, and so
+        checked again: one whose fields were forced past the frozen dataclass is refused), or None (no
+        quantization)."""
+        if value is None:
+            return None
+        if isinstance(value, Quantization):
+            return dataclasses.replace(value)
         if not isinstance(value, str):
             raise ValueError(
                 f"quantization must be one of {', '.join(SCHEMES)}, an arjet.Quantization or None, got {value!r}"
@@ -118,11 +123,14 @@ class Quantization:
         """torchao's config for this scheme (`quantize_(module, config)`)."""
         from torchao.quantization import Float8WeightOnlyConfig, Int4WeightOnlyConfig, Int8WeightOnlyConfig
 
-        if self.scheme == "int8":
-            return Int8WeightOnlyConfig()
-        if self.scheme == "int4":
-            return Int4WeightOnlyConfig(group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d")
-        return Float8WeightOnlyConfig()
+        configs = {
+            "int8": Int8WeightOnlyConfig,
+            "int4": lambda: Int4WeightOnlyConfig(
+                group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d"
+            ),
+            "fp8": Float8WeightOnlyConfig,
+        }
+        return configs[self.scheme]()
 
     def saved_bytes(self, module: nn.Module, prefixes: tuple[str, ...], dtype: torch.dtype) -> int:
         """Bytes the linear layers of `module` under `prefixes` take less quantized than in `dtype` (their
