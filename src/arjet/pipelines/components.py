@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 SHOWN_KEYS = 3  # keys named per kind of mismatch (the count says how many there are)
 EPSILON_SUFFIX = "norm_eps"  # a config's normalisation epsilons: rms_norm_eps, layer_norm_eps, ...
+MAX_EPSILON = 1e-2  # released models use 1e-6 or 1e-5; one near a hidden state's mean square flattens it
 # a config's layer counts (a block repeated that many times; `num_res_blocks`: a VQ model's per resolution);
 # above LAYER_PROBE of one, the model's size is extrapolated before it is built
 LAYER_FIELDS = (
@@ -281,11 +282,17 @@ def read_config(model_class: Any, folder: str | Path, component: str) -> Any:
 
 def check_epsilons(path: Path, fields: dict[str, Any]) -> None:
     """Refuse a norm's epsilon (`rms_norm_eps`, `layer_norm_eps`, ... in `fields` or a sub-config) that is not
-    a finite number > 0: NaN turns every normalised value into NaN (every code 0), and 0 divides by zero."""
+    a finite number in (0, `MAX_EPSILON`]: NaN turns every normalised value into NaN (every code 0), 0 divides
+    by zero, and a large one (1e10) divides every hidden state down to nothing (noise images, exit 0)."""
     for name, value in _fields(fields):
         if name.rsplit(".", 1)[-1].endswith(EPSILON_SUFFIX):
             checks.number(
-                f"{path}: {name}", value, 0.0, exclusive_minimum=True, note="a norm's epsilon, e.g. 1e-6"
+                f"{path}: {name}",
+                value,
+                0.0,
+                MAX_EPSILON,
+                exclusive_minimum=True,
+                note="a norm's epsilon, e.g. 1e-6",
             )
 
 
