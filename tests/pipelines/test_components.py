@@ -340,3 +340,26 @@ def test_commands_refuse_pickled_weights_in_one_line(command, tmp_path, capsys):
     assert len(lines) == 1 and "hold pickled Python objects other than tensors" in lines[0], error
     assert "Traceback" not in error and "weights_only=False" not in error
     assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("where", ["model_type", "text_config.model_type"])
+def test_a_model_type_that_is_not_a_string_is_refused_in_one_line(where, tmp_path, capsys):
+    """`"model_type": ["janus"]` raised a TypeError from inside transformers' weight loader: a traceback from
+    generate, serve and app (the probe's B4)."""
+    folder, _ = _saved("janus", tmp_path)
+    config = json.loads((folder / "model" / "config.json").read_text())
+    owner, field = (config, where) if "." not in where else (config["text_config"], "model_type")
+    owner[field] = [owner[field]]
+    (folder / "model" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=rf"model/config.json: {re.escape(where)} must be a string"):
+        arjet.ARPipeline.from_pretrained(str(folder))
+    out = tmp_path / "x.png"
+    assert cli.main(["generate", "a red circle", "--model", str(folder), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # (after the save's progress bar)
+    assert error.startswith("arjet generate: error: ") and "must be a string" in error and not out.exists()
+
+
+def test_a_bare_checkpoint_whose_model_type_is_not_a_string_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": {"name": "janus"}}))
+    with pytest.raises(ValueError, match="config.json: model_type must be a string such as 'janus'"):
+        arjet.ARPipeline.from_pretrained(str(tmp_path))

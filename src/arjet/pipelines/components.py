@@ -262,8 +262,8 @@ def read_config(model_class: Any, folder: str | Path, component: str) -> Any:
     from huggingface_hub.errors import StrictDataclassError
 
     path = Path(folder) / "config.json"
-    if path.is_file():
-        checks.read_json(path)  # malformed or nested too deep: a ValueError naming it
+    if path.is_file():  # malformed or nested too deep: a ValueError naming it
+        check_model_types(path, checks.read_json(path))
     try:
         if _is_transformers(model_class):
             config = model_class.config_class.from_pretrained(folder)
@@ -278,6 +278,15 @@ def read_config(model_class: Any, folder: str | Path, component: str) -> Any:
         ) from None
     check_epsilons(path, fields)
     return config
+
+
+def check_model_types(path: Path, fields: Any) -> None:
+    """Refuse a `model_type` (in a config file's `fields` or a sub-config) that is not a string, before
+    transformers reads it: it looks the name up in its tables, and a list (`["janus"]`) raised a TypeError
+    from inside its weight loader."""
+    for name, value in _fields(fields if isinstance(fields, dict) else {}):
+        if name.rsplit(".", 1)[-1] == "model_type" and not isinstance(value, str):
+            raise ValueError(f"{path}: {name} must be a string such as 'janus', got {checks.shown(value)}")
 
 
 def check_epsilons(path: Path, fields: dict[str, Any]) -> None:

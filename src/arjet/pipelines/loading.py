@@ -126,7 +126,12 @@ def checkpoint_kind(folder: Path) -> tuple[str, str]:
         return "pipeline", settings.get("_class_name", "")
     config = folder / "config.json"
     if config.is_file():
-        return "transformers", _json_object(config).get("model_type", "")
+        model_type = _json_object(config).get("model_type", "")
+        if not isinstance(model_type, str):
+            raise ValueError(
+                f"{config}: model_type must be a string such as 'janus', got {checks.shown(model_type)}"
+            )
+        return "transformers", model_type
     raise FileNotFoundError(
         f"{folder} holds neither model_index.json (a saved arjet pipeline) nor config.json (a transformers "
         "checkpoint); point from_pretrained at the folder that contains one of them"
