@@ -4,6 +4,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `arjet` runs: a core that turns busy costs little
+# torch's inductor keeps its compiled kernels and a precompiled header in one folder whatever CPU capability
+# the process runs at: a header built at the native one, read by a run under ATEN_CPU_CAPABILITY=default,
+# fails to compile ("'at::vec' has not been declared"). A folder per capability the suite is run at.
+if os.environ.get("ATEN_CPU_CAPABILITY"):
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR",
+        os.path.join("/tmp", f"torchinductor-arjet-tests-{os.environ['ATEN_CPU_CAPABILITY']}"),
+    )
 
 import shutil  # noqa: E402
 import tempfile  # noqa: E402

@@ -91,6 +91,16 @@ def test_room_the_running_cluster_lacks_is_refused_before_serve_starts(local_ray
         ray_app.run(None, "127.0.0.1", free_port(), room=room, blocking=False)
 
 
+def test_a_second_command_on_another_port_is_refused_not_served_elsewhere(server):
+    """Serve keeps the proxy address it was first started with: a later run asking for another port is
+    refused before its app replaces the running one (which still answers)."""
+    port = int(server.rsplit(":", 1)[1])
+    assert ray_app.serving_address() == ("127.0.0.1", port)
+    with pytest.raises(ValueError, match=f"HTTP proxy on 127.0.0.1:{port} and keeps it"):
+        ray_app.run("not deployed", "127.0.0.1", free_port(), blocking=False)
+    assert httpx.get(f"{server}/health", timeout=60).json()["status"] in ("ok", "degraded")
+
+
 def _solo(pipe, prompt, seed) -> np.ndarray:
     """The image `pipe(...)` makes alone, on one thread as every replica runs."""
     return np.asarray(pipe(prompt, seed=seed, threads=1).images[0].convert("RGB"))

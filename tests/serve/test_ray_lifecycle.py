@@ -2,7 +2,6 @@
 Ray started): its app deleted when the command stops, and a proxy port Serve ignored refused before the app
 is deployed (the ninth re-probe's K2)."""
 
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -28,21 +27,33 @@ def test_stopping_the_command_deletes_its_app_from_the_cluster(fake_serve, monke
     def interrupted(seconds):
         raise KeyboardInterrupt
 
-    with socket.create_server(("127.0.0.1", 0)) as proxy:
-        port = proxy.getsockname()[1]
-        monkeypatch.setattr(ray_app.time, "sleep", interrupted)  # Ctrl-C while it serves
-        with pytest.raises(KeyboardInterrupt):
-            ray_app.run("app", "127.0.0.1", port)
-    assert fake_serve == [("start", port), ("run", "arjet"), ("delete", "arjet")]
+    monkeypatch.setattr(ray_app, "serving_address", lambda: ("127.0.0.1", 8000))
+    monkeypatch.setattr(ray_app.time, "sleep", interrupted)  # Ctrl-C while it serves
+    with pytest.raises(KeyboardInterrupt):
+        ray_app.run("app", "127.0.0.1", 8000)
+    assert fake_serve == [("start", 8000), ("run", "arjet"), ("delete", "arjet")]
 
 
 def test_a_port_serve_ignored_is_refused_before_the_app_is_deployed(fake_serve, monkeypatch):
-    monkeypatch.setattr(ray_app, "PROXY_SECONDS", 0.5)
-    with socket.create_server(("127.0.0.1", 0)) as free:
-        port = free.getsockname()[1]  # closed again: nothing listens there, as when Serve kept another port
-    with pytest.raises(ValueError, match=f"^Ray Serve does not listen on 127.0.0.1:{port}: it already runs"):
-        ray_app.check_proxy("127.0.0.1", port, seconds=0.5)
+    monkeypatch.setattr(ray_app, "serving_address", lambda: ("127.0.0.1", 8000))  # Serve kept its first port
+    with pytest.raises(
+        ValueError, match="^Ray Serve already runs on this Ray cluster with its HTTP proxy on 127.0.0.1:8000"
+    ):
+        ray_app.check_proxy("127.0.0.1", 8001, ("127.0.0.1", 8000))
     ready = []
-    with pytest.raises(ValueError, match="keeps the first port it was given"):
-        ray_app.run("app", "127.0.0.1", port, ready=lambda: ready.append(True), blocking=False)
-    assert fake_serve == [("start", port)] and not ready  # no app deployed, no "serving ... at" line
+    with pytest.raises(ValueError, match="--host 127.0.0.1 --port 8000, or stop Serve there"):
+        ray_app.run("app", "127.0.0.1", 8001, ready=lambda: ready.append(True), blocking=False)
+    assert fake_serve == [("start", 8001)] and not ready  # no app deployed, no "serving ... at" line
+    ray_app.check_proxy("127.0.0.1", 8000, ("127.0.0.1", 8000))  # the address it runs on: taken
+    ray_app.check_proxy("127.0.0.1", 8001, None)  # a Ray that does not say: not refused
+
+
+def test_the_address_serve_runs_on_is_read_from_ray(monkeypatch):
+    """Against a real (not started) Serve client object: the function reads what Ray keeps."""
+    from types import SimpleNamespace
+
+    import ray.serve.context as context
+
+    client = SimpleNamespace(http_config=SimpleNamespace(host="127.0.0.1", port=8123))
+    monkeypatch.setattr(context, "_get_global_client", lambda: client)
+    assert ray_app.serving_address() == ("127.0.0.1", 8123)

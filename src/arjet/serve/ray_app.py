@@ -52,7 +52,6 @@ from .openai_api import (
 
 logger = logging.getLogger(__name__)
 APP_NAME = "arjet"
-PROXY_SECONDS = 30.0  # how long Serve's HTTP proxy may take to listen after `serve.start`
 LATER_STAGE_CLASSES = {"GlmImagePipeline", "glm_image"}  # checkpoints whose images come from a DiT
 
 
@@ -449,7 +448,7 @@ def run(
     if room is not None:
         room.check(ray)
     serve.start(http_options={"host": host, "port": port})
-    check_proxy(host, port)  # before the app replaces anything
+    check_proxy(host, port, serving_address())  # before the app replaces anything
     handle = serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     if ready is not None:
         ready()
@@ -462,25 +461,27 @@ def run(
         serve.delete(APP_NAME)
 
 
-def check_proxy(host: str, port: int, seconds: float | None = None) -> None:
-    """Refuse (one line) when nothing listens at `host:port` within `seconds` (default `PROXY_SECONDS`)
-    after `serve.start`: Serve,
-    once running on a cluster (an earlier `arjet serve --ray` left it), keeps its proxy's port and ignores
-    the one asked for, so the command would print an address nothing answers at."""
-    import socket
+def serving_address() -> tuple[str, int] | None:
+    """The host and port Serve's HTTP proxy runs on in the joined cluster, as its controller was started
+    (None: this Ray does not say; the check is then skipped). Read through Serve's client object, which
+    Ray Serve 2.x keeps in `ray.serve.context`."""
+    try:
+        from ray.serve.context import _get_global_client
 
-    where = ("127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host, port)
-    deadline = time.monotonic() + (PROXY_SECONDS if seconds is None else seconds)
-    while True:
-        try:
-            socket.create_connection(where, timeout=1.0).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        config = _get_global_client().http_config
+        return str(config.host), int(config.port)
+    except (ImportError, AttributeError):
+        return None
+
+
+def check_proxy(host: str, port: int, found: tuple[str, int] | None) -> None:
+    """Refuse (one line) a proxy address Serve did not take: once running on a cluster (an earlier `arjet
+    serve --ray` left it), Serve keeps the address its proxy was first given and ignores the one asked
+    for, so the command would print an address nothing answers at. `found`: `serving_address()`."""
+    if found is None or found == (host, port):
+        return
     raise ValueError(
-        f"Ray Serve does not listen on {host}:{port}: it already runs on this Ray cluster with its HTTP proxy "
-        "on another port (Serve keeps the first port it was given); pass that port, or stop Serve there "
-        "with `serve shutdown` and start again"
+        f"Ray Serve already runs on this Ray cluster with its HTTP proxy on {found[0]}:{found[1]} and keeps "
+        f"it (it ignores --host {host} --port {port}): pass --host {found[0]} --port {found[1]}, or stop "
+        "Serve there with `serve shutdown` and start again"
     )
