@@ -363,3 +363,28 @@ def test_a_bare_checkpoint_whose_model_type_is_not_a_string_is_refused(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": {"name": "janus"}}))
     with pytest.raises(ValueError, match="config.json: model_type must be a string such as 'janus'"):
         arjet.ARPipeline.from_pretrained(str(tmp_path))
+
+
+@pytest.mark.parametrize("family", ["janus", "glm_image"])
+def test_a_config_of_ten_thousand_levels_is_refused_before_the_model_is_built(family, tmp_path, monkeypatch):
+    """`vq_config.channel_multiplier: [1] * 10000` built 280,000 modules for 95 s before the refusal came (the
+    probe's B5); GLM-Image's VAE lists its levels as `block_out_channels`."""
+    from arjet.pipelines import components
+
+    folder, _ = _saved(family, tmp_path)
+    component, field = ("model", "channel_multiplier") if family == "janus" else ("vae", "block_out_channels")
+    config = json.loads((folder / component / "config.json").read_text())
+    owner = config["vq_config"] if family == "janus" else config
+    owner[field] = [owner[field][0]] * 10_000
+    (folder / component / "config.json").write_text(json.dumps(config))
+
+    build = components._build
+
+    def built(model_class, config):
+        fields = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        assert len((fields.get("vq_config") or fields).get(field, ())) < 10_000, "built before it was refused"
+        return build(model_class, config)
+
+    monkeypatch.setattr(components, "_build", built)
+    with pytest.raises(ValueError, match=rf"{field} lists 10,000 levels, more than 16"):
+        arjet.ARPipeline.from_pretrained(str(folder))
