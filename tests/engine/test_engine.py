@@ -309,6 +309,10 @@ def test_closing_fails_the_requests_still_decoding_or_waiting():
             request.result(timeout=60)
     with pytest.raises(RuntimeError, match="the engine is closed"):
         engine.submit("star")
+    with pytest.raises(RuntimeError, match="does not start again; make a new Engine"):
+        engine.start()  # it returned as if started, and its state read "failed"
+    with pytest.raises(RuntimeError, match="does not start again"), engine:
+        pass
 
 
 @pytest.mark.cuda

@@ -289,7 +289,10 @@ def test_sampler_and_seed_lists():
     ]  # fmt: skip
     with pytest.raises(ValueError, match="names no sampler"):
         parse_sampler_specs(" , ")
-    assert parse_seeds("0") == [0] and parse_seeds("3,1-2,3") == [3, 1, 2]
+    assert parse_seeds("0") == [0] and parse_seeds("3,1-2,10") == [3, 1, 2, 10]
+    for text in ("1,1", "3,1-3"):  # a run of fewer seeds than typed passed for the one asked for
+        with pytest.raises(ValueError, match=r"lists seed (1|3) more than once"):
+            parse_seeds(text)
     for text in ("1_0", "\uff11", "0-\u0663", "1e3"):  # every integer option reads ASCII digits only
         with pytest.raises(ValueError, match="--seed takes integers >= 0"):
             parse_seeds(text)

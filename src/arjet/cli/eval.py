@@ -166,7 +166,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> list[int]:
-    """'0', '0,1,2', '0-3' or a mix ('0-2,10') -> distinct seeds in order: integers `0 <= seed < 2**63`, at
+    """'0', '0,1,2', '0-3' or a mix ('0-2,10') -> the seeds in order, each listed once: integers `0 <= seed < 2**63`, at
     most `limit` of them (counted before any list is built, so `0-1000000000` fails at once). Errors name
     `option`, the spelling the user typed."""
     ranges: list[range] = []
@@ -187,7 +187,12 @@ def parse_seeds(text: str, limit: int = MAX_SEEDS, option: str = "--seed") -> li
         ranges.append(range(low, high + 1))
     if not ranges:
         raise ValueError(f"{option} lists no seed: {text!r}")
-    return list(dict.fromkeys(seed for values in ranges for seed in values))
+    seeds: dict[int, None] = {}
+    for seed in (seed for values in ranges for seed in values):
+        if seed in seeds:  # a run of fewer seeds than typed would pass for the one asked for
+            raise ValueError(f"{option} {text!r} lists seed {seed} more than once; list each seed once")
+        seeds[seed] = None
+    return list(seeds)
 
 
 def first_prompts(args: argparse.Namespace) -> list[str]:

@@ -176,7 +176,10 @@ class Engine:
     # -- the public face -----------------------------------------------------------------------------
     def start(self) -> Engine:
         """Start the decode thread (`submit` refuses requests before). An engine left running when the
-        interpreter exits is closed then, as `close` does."""
+        interpreter exits is closed then, as `close` does. A closed engine does not start again
+        (`EngineStopped`): make a new one."""
+        if self._closing:
+            raise EngineStopped("the engine is closed and does not start again; make a new Engine")
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="arjet-engine", daemon=True)
             self._thread.start()
