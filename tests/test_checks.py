@@ -43,6 +43,23 @@ def test_checks_name_the_argument_the_value_and_what_is_allowed(check, value, me
         check(value)
 
 
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda v: checks.seed("seed", v),
+        lambda v: checks.integer("n", v, 1, 10),
+        lambda v: checks.number("t", v, 0.0, 1.0),
+        lambda v: checks.choice("init", v, ("a", "b")),
+    ],
+)
+@pytest.mark.parametrize("value", [10**4000, "x" * 100_000, list(range(10**5))])
+def test_an_error_quotes_a_huge_value_in_a_line(check, value):
+    """A 4,001-digit seed was quoted whole in its error (the probe's doubtful case), as were long strings."""
+    with pytest.raises(ValueError) as error:
+        check(value)
+    assert len(str(error.value)) < 300 and "..." in str(error.value)
+
+
 def test_valid_values_pass_through():
     assert checks.integer("n", 3, 1) == 3 and checks.number("t", 0, 0.0) == 0.0
     assert checks.seed("seed", 2**63 - 1) == 2**63 - 1 and checks.seed("seed", 2**63 - 3, 3) == 2**63 - 3

@@ -76,7 +76,7 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
         or (maximum is not None and value > maximum)
     ):
         bounds = range_text(minimum, maximum)
-        raise ValueError(f"{name} must be an integer{' ' + bounds if bounds else ''}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{' ' + bounds if bounds else ''}, got {shown(value)}")
     return value
 
 
@@ -89,8 +89,11 @@ def optional_integer(
 def finite_within(
     value: float, minimum: float | None, maximum: float | None, exclusive_minimum: bool = False
 ) -> bool:
-    """`value` is finite and inside the bounds."""
-    if not math.isfinite(value):
+    """`value` is finite (an integer too large for a float is not) and inside the bounds."""
+    try:
+        if not math.isfinite(value):
+            return False
+    except OverflowError:  # an int beyond 1.8e308, e.g. 10**4000
         return False
     if minimum is not None and not (value > minimum if exclusive_minimum else value >= minimum):
         return False
@@ -112,21 +115,21 @@ def number(
         bounds = range_text(minimum, maximum, exclusive_minimum)
         hint = f" ({note})" if note else ""
         raise ValueError(
-            f"{name} must be a finite number{' ' + bounds if bounds else ''}{hint}, got {value!r}"
+            f"{name} must be a finite number{' ' + bounds if bounds else ''}{hint}, got {shown(value)}"
         )
     return float(value)
 
 
 def boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise ValueError(f"{name} must be True or False, got {shown(value)}")
     return value
 
 
 def choice(name: str, value: Any, choices: Iterable[str]) -> str:
     allowed = tuple(choices)
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {shown(value)}")
     return value
 
 
@@ -134,10 +137,10 @@ def seed(name: str, value: Any, count: int = 1) -> int:
     """A seed `s` for `count` images (`s`, `s + 1`, ..., `s + count - 1`), each in `0 <= seed < 2**63`."""
     if not is_integer(value) or not 0 <= value <= SEED_LIMIT - count:
         if count == 1:
-            raise ValueError(f"{name} must be an integer from 0 to 2**63 - 1, got {value!r}")
+            raise ValueError(f"{name} must be an integer from 0 to 2**63 - 1, got {shown(value)}")
         raise ValueError(
             f"{name} must be an integer with 0 <= {name} and {name} + {count - 1} < 2**63 (image i of {count} "
-            f"uses {name} + i), got {value!r}"
+            f"uses {name} + i), got {shown(value)}"
         )
     return value
 
@@ -521,9 +524,9 @@ def _nearest_existing(path: Path) -> Path:
 
 def _path(name: str, value: Any) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
-        raise ValueError(f"{name} must be a path, got {value!r}")
+        raise ValueError(f"{name} must be a path, got {shown(value)}")
     if "\0" in str(value):
-        raise ValueError(f"{name} must be a path, got {value!r} (it holds a NUL character)")
+        raise ValueError(f"{name} must be a path, got {shown(value)} (it holds a NUL character)")
     return Path(value).expanduser()
 
 

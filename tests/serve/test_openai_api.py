@@ -141,6 +141,11 @@ def test_models_health_and_sizes(pipe):
         ({"prompt": "a", "n": "2"}, "n must be an integer", "n"),
         ({"prompt": "a", "n": 1.0}, "n must be an integer", "n"),
         ({"prompt": "a", "size": 384}, "size must be 'WIDTHxHEIGHT'", "size"),
+        # as OpenAI writes sizes, nothing looser (the probe's doubtful ' 64 x 64 ', '+64x+64', '064x064')
+        *(
+            ({"prompt": "a", "size": size}, "size must be 'WIDTHxHEIGHT'", "size")
+            for size in (" 64 x 64 ", "+64x+64", "064x064", "64X64", "64x64 ", "\uff16\uff14x64", "0x64")
+        ),
         (
             {"prompt": "a", "response_format": ["b64_json"]},
             "response_format must be 'b64_json'",

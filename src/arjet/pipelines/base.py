@@ -124,7 +124,7 @@ class BaseARPipeline(DiffusionPipeline):
     def limits(self, value: Limits) -> None:
         if not isinstance(value, Limits):
             raise ValueError(
-                f"pipe.limits must be an arjet.Limits, got {value!r}; e.g. "
+                f"pipe.limits must be an arjet.Limits, got {checks.shown(value)}; e.g. "
                 "pipe.limits = arjet.Limits(max_images_per_call=256), or arjet.Limits() for the defaults"
             )
         self._limits = value
@@ -611,7 +611,7 @@ class BaseARPipeline(DiffusionPipeline):
         for name, value in (("height", height), ("width", width)):
             if value is not None and (not checks.is_integer(value) or value <= 0):
                 raise ValueError(
-                    f"{name} must be a positive integer (pixels), or None for the default size; got {value!r}"
+                    f"{name} must be a positive integer (pixels), or None for the default size; got {checks.shown(value)}"
                 )
         if aspect_ratio is not None:
             if height is not None or width is not None:

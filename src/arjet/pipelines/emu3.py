@@ -100,7 +100,9 @@ class Emu3Pipeline(BaseARPipeline):
         factor = self.image_tokenizer.downsample
         for name, value in (("height", height), ("width", width)):
             if not checks.is_integer(value) or value < factor or value % factor:
-                raise ValueError(f"{name} must be a positive multiple of {factor} pixels, got {value!r}")
+                raise ValueError(
+                    f"{name} must be a positive multiple of {factor} pixels, got {checks.shown(value)}"
+                )
         grid = (height // factor, width // factor)
         limit = self.model.config.text_config.max_position_embeddings
         if grid[0] * (grid[1] + 1) >= limit:

@@ -262,7 +262,7 @@ class GlmImagePipeline(BaseARPipeline):
             if not checks.is_integer(value) or value < PIXELS_PER_CODE or value % PIXELS_PER_CODE:
                 raise ValueError(
                     f"{name} must be a positive multiple of {PIXELS_PER_CODE} pixels (GLM-Image's code grid), "
-                    f"got {value!r}"
+                    f"got {checks.shown(value)}"
                 )
         grid = (height // PIXELS_PER_CODE, width // PIXELS_PER_CODE)
         if min(self.preview_grid(grid)) < 1:

@@ -185,7 +185,9 @@ def prompt_list(name: str, value: Any, max_chars: int, allow_empty: bool = False
     """`value` (a string or a list of strings) as a list, each within `max_chars`; ValueError naming `name`."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
-        raise ValueError(f"{name} must be a non-empty string or a non-empty list of strings, got {value!r}")
+        raise ValueError(
+            f"{name} must be a non-empty string or a non-empty list of strings, got {checks.shown(value)}"
+        )
     for item in items:
         if not isinstance(item, str):
             raise ValueError(f"{name} must contain only strings, got {type(item).__name__}: {item!r}")

@@ -73,7 +73,9 @@ def _check_resolution(folder: str | Path, resolution: Any) -> int:
 
 def _check_pixels(name: str, value: Any) -> int:
     if not checks.is_integer(value) or value < GRID_UNIT or value % GRID_UNIT:
-        raise ValueError(f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {value!r}")
+        raise ValueError(
+            f"{name} must be a positive multiple of {GRID_UNIT} pixels, got {checks.shown(value)}"
+        )
     return value
 
 

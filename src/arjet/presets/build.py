@@ -115,7 +115,7 @@ def _saved_bytes(pipe: BaseARPipeline, quantization: Quantization | None, dtype:
 def _size(preset: Preset, height: Any, width: Any) -> tuple[int, int]:
     for name, value in (("height", height), ("width", width)):
         if value is not None and (not checks.is_integer(value) or value <= 0):
-            raise ValueError(f"{name} must be a positive integer (pixels) or None, got {value!r}")
+            raise ValueError(f"{name} must be a positive integer (pixels) or None, got {checks.shown(value)}")
     height = preset.default_size if height is None else height
     width = preset.default_size if width is None else width
     if preset.family == "janus" and (height != width or height % preset.downsample):

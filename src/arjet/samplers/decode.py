@@ -76,7 +76,7 @@ class Temperature(LogitsProcessor):
 class TopK(LogitsProcessor):
     def __init__(self, top_k: int):
         if not checks.is_integer(top_k) or top_k <= 0:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+            raise ValueError(f"top_k must be a positive integer, got {checks.shown(top_k)}")
         self.top_k = top_k
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -91,7 +91,7 @@ class TopP(LogitsProcessor):
 
     def __init__(self, top_p: float):
         if not checks.is_number(top_p) or not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+            raise ValueError(f"top_p must be in (0, 1], got {checks.shown(top_p)}")
         self.top_p = float(top_p)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -118,7 +118,7 @@ class LogitsPolicy:
     def __post_init__(self) -> None:
         t = self.temperature
         if not checks.is_number(t) or t < 0 or t != t:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
+            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {checks.shown(t)}")
         processors: list[LogitsProcessor] = []
         if t not in (0, 1):
             processors.append(Temperature(t))
@@ -178,7 +178,7 @@ class SamplingOptions:
             checks.number("guidance_scale", guidance, 0.0, note="1 disables CFG")
         checks.number("temperature", temperature, 0.0, note="0 = greedy")
         if self.top_p is not None and (not checks.is_number(self.top_p) or not 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise ValueError(f"top_p must be in (0, 1], got {checks.shown(self.top_p)}")
         scale = max(1.0, guidance or 1.0) / (temperature or 1.0)
         if not scale <= MAX_LOGIT_SCALE:
             given = f"temperature={temperature!r}" + (

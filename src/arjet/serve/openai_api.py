@@ -214,13 +214,16 @@ def _sampling_options(param: str, values: dict[str, Any]) -> SamplingOptions:
         raise ApiError(400, str(error), param=param) from None
 
 
+SIZE = re.compile(r"([1-9][0-9]{0,5})x([1-9][0-9]{0,5})")  # as OpenAI writes it: '1024x1024'
+
+
 def _size(value: Any) -> tuple[int, int] | None:
     if value is None or value == "auto":
         return None
-    if isinstance(value, str) and value.count("x") == 1:
-        width, height = (checks.integer_from_text(part) for part in value.split("x"))
-        if width and height and width > 0 and height > 0:
-            return height, width
+    match = SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match:
+        width, height = int(match[1]), int(match[2])
+        return height, width
     raise ApiError(
         400,
         f"size must be 'WIDTHxHEIGHT' in pixels (e.g. '384x384') or 'auto', got {checks.shown(value)}",
