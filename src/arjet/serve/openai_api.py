@@ -37,6 +37,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .. import checks
 from ..engine import Cancelled, DecodeFailed, Engine, EngineResult, EngineStopped, QueueFull
@@ -240,10 +241,13 @@ async def read_json(request: Request) -> Any:
     if int(declared) > MAX_BODY_BYTES:
         raise _too_large()
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise _too_large()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise _too_large()
+    except ClientDisconnect:  # nobody reads the answer; not a server error for the log
+        raise ApiError(400, "the client closed the connection before its request body arrived") from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError):
