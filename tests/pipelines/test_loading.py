@@ -289,6 +289,10 @@ def test_from_pretrained_names_a_damaged_file_before_loading_any_component(
         ("emu3", "default_height", 1.5, "must be an integer >= 1, got 1.5"),
         ("emu3", "default_negative_prompt", ["x"], r"must be text, got \['x'\]"),
         ("lumina_mgpt", "resolution", "768", "must be an integer >= 1, got '768'"),
+        # a component's entry (it said "too many values to unpack (expected 2)": the probe's doubtful case)
+        ("janus", "model", "transformers", r"must name a component as \[library, class\]"),
+        ("janus", "model", ["transformers", "Janus", "x"], r"must name a component .*got \['transformers'"),
+        ("janus", "tokenizer", [1, 2], r"must name a component as \[library, class\]"),
     ],
 )
 def test_a_saved_setting_of_the_wrong_type_is_refused_at_load_naming_the_file_and_field(

@@ -155,6 +155,15 @@ def check_index_settings(path: Path, settings: dict[str, Any]) -> None:
             checks.integer(field, value, minimum)
         else:
             checks.number(field, value, minimum, maximum)
+    for name, value in settings.items():  # the rest name components: [library, class], or [null, null]
+        if name.startswith("_") or name in INDEX_SETTINGS:
+            continue
+        pair = isinstance(value, list) and len(value) == 2
+        if not pair or not all(part is None or isinstance(part, str) for part in value):
+            raise ValueError(
+                f'{path}: {name} must name a component as [library, class] (e.g. ["transformers", '
+                f'"JanusForConditionalGeneration"]) or [null, null], got {checks.shown(value)}'
+            )
 
 
 def _json_object(path: Path) -> dict[str, Any]:
