@@ -428,3 +428,19 @@ def test_the_engines_lanes_decode_quantized_weights_as_a_call_alone():
         ]
         results = [request.result(timeout=120).codes for request in requests]
     assert all(torch.equal(got, want) for got, want in zip(results, alone, strict=True))
+
+
+def test_moving_quantized_weights_to_another_dtype_is_refused_and_devices_are_checked():
+    """A quantized pipeline moved with `.to(torch.bfloat16)` failed at its first step (`scatter(): Expected
+    self.dtype to be equal to src.dtype`), and `pipe.to("cpu:5")` was taken (the probe's doubtful cases)."""
+    pipe = tiny_pipeline("janus", grid=GRID).quantize("int8")
+    with pytest.raises(ValueError, match=r"quantized \(int8\) over torch.float32, which they keep"):
+        pipe.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="quantized"):
+        pipe.to("cpu", dtype=torch.bfloat16)
+    assert pipe.to("cpu").to(torch.float32) is pipe  # where it is, as it is: fine
+    with pytest.raises(ValueError, match="pipe.to's device 'cpu:5': this machine has one cpu device"):
+        pipe.to("cpu:5")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="this machine has no CUDA GPU"):
+            tiny_pipeline("emu3", grid=GRID).to(torch.device("cuda"))

@@ -308,6 +308,24 @@ class BaseARPipeline(DiffusionPipeline):
             self.quantize_drafter(quantization)
         return self
 
+    def to(self, *args: Any, **kwargs: Any) -> BaseARPipeline:
+        """diffusers' `to(device, dtype)`, with the device checked first (`checks.check_device`: "cpu:5" or a
+        GPU this machine lacks would move nothing, or fail in torch's words) and a new dtype refused for
+        quantized weights (their kernels keep theirs: the move failed at the first decode step instead)."""
+        import torch
+
+        for value in (*args, kwargs.get("device")):
+            if isinstance(value, (str, torch.device)):
+                checks.check_device(value, "pipe.to's device")
+        dtypes = [value for value in (*args, kwargs.get("dtype")) if isinstance(value, torch.dtype)]
+        if self.quantization is not None and dtypes and dtypes[0] != self.dtype:
+            raise ValueError(
+                f"this pipeline's weights are quantized ({self.quantization.scheme}) over {self.dtype}, which "
+                f"they keep; load it again with dtype={dtypes[0]} and quantization="
+                f"{self.quantization.scheme!r} instead of moving it to {dtypes[0]}"
+            )
+        return super().to(*args, **kwargs)
+
     def check_drafter_quantizable(self) -> None:
         if self.drafter is None:
             raise ValueError(
