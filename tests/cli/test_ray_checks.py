@@ -304,5 +304,5 @@ def test_ray_knobs_without_ray_are_refused_not_ignored(command, knobs, tmp_path,
     command = [fill.get(part, part) for part in command]
     assert main([*command, *knobs]) == 2
     error = one_line_error(capsys)
-    assert f"{knobs[0]}" in error and "need --ray" in error
+    assert f"{knobs[0]}" in error and "--ray (without it" in error
     assert not (tmp_path / "run").exists()

@@ -419,7 +419,10 @@ def refuse_ray_knobs(args: argparse.Namespace, knobs: tuple[str, ...]) -> None:
         return
     given = [knob for knob in ("--ray-address", *knobs) if vars(args)[knob[2:].replace("-", "_")] is not None]
     if given:
-        raise ValueError(f"{', '.join(given)} need --ray (without it the command runs here and ignores them)")
+        verb, them = ("needs", "it") if len(given) == 1 else ("need", "them")
+        raise ValueError(
+            f"{', '.join(given)} {verb} --ray (without it the command runs here and ignores {them})"
+        )
 
 
 def check_listen_address(host: str, port: int) -> None:
