@@ -477,8 +477,8 @@ class Engine:
         self.stats.overloaded += 1
         raise Overloaded(
             f"the engine expects this request to take {wait:.3g} s ({load.waiting} waiting before it, "
-            f"{len(load.elapsed)} decoding, {self._throughput.rate:.3g} images/s, {latency:.3g} s an image "
-            f"of its sampler and size), longer than its time limit of {limit:g} s",
+            f"{len(load.elapsed)} decoding, {self._throughput.rate:.3g} images/s, {latency:.3g} s to decode "
+            f"it), longer than its time limit of {limit:g} s",
             self._throughput.retry_after(load, limit, latency),
             wait,
         )
